@@ -26,6 +26,9 @@ import (
 // push. A config change or a deploy without --image of a release from an
 // image deploys its digest again: a tag is resolved once, when named.
 
+// errNoImages: the node's agent has no image store.
+var errNoImages = errors.New("this node's agent pulls no images (it has no image store)")
+
 // stepPull is the step that pulls the image, before the release begins.
 const stepPull = "pull"
 
@@ -57,18 +60,36 @@ func (d *deploy) syncImage(rel string) error {
 	return nil
 }
 
-// imageOf is the image a release from an image deploys: the one asked
-// for, or the serving release's digest (a config change, a deploy
-// without --image); "" for a release of a commit.
-func imageOf(asked string, cur *corpusv1.Release) (ref, pull string, err error) {
-	switch {
-	case asked != "":
-		return asked, asked, nil
-	case cur != nil && cur.ImageDigest != "":
-		pull, err := imagetree.Pinned(cur.Image, cur.ImageDigest)
-		return cur.Image, pull, err
+// imageDeploy is a deploy's manifest and tree for a release from an
+// image: the defaults, and no install steps or hooks.
+func imageDeploy() (*Manifest, *tree) {
+	man, _ := parseManifest(nil)
+	return man, &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
+}
+
+// useImage makes src the deploy's tree: its files, its command as web,
+// its env and its user.
+func (d *deploy) useImage(src *imagetree.Source) {
+	d.image, d.imageDigest = src, src.Image.Digest
+	d.uid, d.gid = src.UID, src.GID
+	d.man.Env = src.Env
+	d.man.Processes = map[string]string{"web": src.Describe()}
+}
+
+// pullRecorded pulls the image a release recorded, by its digest (never
+// its tag), for an instance past the first to deploy it as the first
+// did; Close on what it returns removes the unpacked tree.
+func (p *Pipeline) pullRecorded(d *deploy) (*imagetree.Source, error) {
+	if p.images == nil {
+		return nil, errNoImages
 	}
-	return "", "", nil
+	ctx, cancel := context.WithTimeout(d.ctx, d.man.Timeout)
+	defer cancel()
+	src, err := imagetree.PullPinned(ctx, p.images, p.imageDir, d.release.Image, d.release.ImageDigest, d.say)
+	if err == nil {
+		d.useImage(src)
+	}
+	return src, err
 }
 
 // deployImage runs the pipeline on an image: ref is recorded, pull is
@@ -77,7 +98,7 @@ func imageOf(asked string, cur *corpusv1.Release) (ref, pull string, err error) 
 // serves keeps serving.
 func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, ref, pull string) (uint32, error) {
 	if p.images == nil {
-		return 0, connect.NewError(connect.CodeFailedPrecondition, errors.New("this node's agent pulls no images (it has no image store)"))
+		return 0, connect.NewError(connect.CodeFailedPrecondition, errNoImages)
 	}
 	start := time.Now()
 	d.say("-----> Pulling %s", pull)
@@ -90,10 +111,7 @@ func (p *Pipeline) deployImage(d *deploy, r *corpusv1.RedeployRequest, author, r
 	d.imageRef = ref
 	if perr == nil {
 		defer src.Close()
-		d.image, d.imageDigest = src, src.Image.Digest
-		d.uid, d.gid = src.UID, src.GID
-		d.man.Env = src.Env
-		d.man.Processes = map[string]string{"web": src.Describe()}
+		d.useImage(src)
 	} else {
 		pulled.Status = corpusv1.StepFailed
 	}

@@ -31,7 +31,8 @@ import (
 // instance's agent says it serves it. That agent (SyncInstance, run by
 // the agent whenever the desired state changes) fetches the commit's
 // objects from the first node's repository (ReleaseSource, relayed by the
-// coordinator) into its own, and runs the same pipeline on its guest as
+// coordinator) into its own, or pulls a release's image by the digest it
+// recorded (never its tag), and runs the same pipeline on its guest as
 // a redeploy does, with the release and config the coordinator gives
 // (InstanceRelease): build, start beside the old processes, check, switch,
 // point its share of the routes at the new port. A release the guest
@@ -153,7 +154,8 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 
 // serveRelease deploys release rel on an instance (cur serving): it
 // starts the release's processes beside the others from the tree the
-// guest holds, or builds that tree first from the commit's source. With
+// guest holds, or builds that tree first from the commit's source (or
+// the release's image, pulled by its digest). With
 // serving nil it stages: the processes start, their web answers, nothing
 // else moves (the port is returned). Otherwise rel takes the traffic and
 // the others are retired.
@@ -179,34 +181,31 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 		// processes start beside the others and take over.
 		return p.activate(ctx, drv, g, in, env, spec, held, rel, cur, serving)
 	}
-	if p.git == nil {
-		return fail(errors.New("this node's git endpoint is off, so it keeps no repository to deploy from"))
-	}
-	repo, err := p.git.ensureRepo(in.Project, env)
-	if err != nil {
-		return fail(err)
-	}
-	if err := p.fetchSource(ctx, in, repo, res.Release.Commit); err != nil {
-		return fail(fmt.Errorf("fetching the source: %w", err))
-	}
-	src := quarantineGit{repo: repo, req: &githook.Request{}}
-	t, man, _, err := inspectPush(src, res.Release.Commit, p.maxPushBytes*4)
-	if err != nil {
-		return fail(err)
-	}
-	d := &deploy{p: p, ctx: context.WithoutCancel(ctx), guest: g, driver: drv, project: in.Project, env: env, tree: t, man: man,
+	d := &deploy{p: p, ctx: context.WithoutCancel(ctx), guest: g, driver: drv, project: in.Project, env: env,
 		out: io.Discard, log: &bytes.Buffer{}, known: res.Releases, release: res.Release, config: res.Config, instance: in.Index, stage: serving == nil}
 	for _, r := range res.Releases {
 		if r.Number == cur && cur != 0 {
 			d.prev = r
 		}
 	}
-	if err := d.resolveUser(); err != nil {
+	var src quarantineGit
+	what := short(res.Release.Commit)
+	if res.Release.ImageDigest != "" {
+		// A release from an image: the image the first pulled, by the
+		// digest it recorded.
+		d.man, d.tree = imageDeploy()
+		img, err := p.pullRecorded(d)
+		if err != nil {
+			return fail(err)
+		}
+		defer img.Close()
+		what = d.source()
+	} else if src, err = p.instanceSource(ctx, d, in); err != nil {
 		return fail(err)
 	}
 	d.journal = cache.Deploy{Kind: "instance", Project: in.Project, Env: in.Env, Guest: g.Name, Instance: in.Index,
 		Number: rel, Previous: cur, Started: time.Now()}
-	d.say("-----> Deploying %s/%s %s on instance %d (%s)", in.Project, in.Env, want, in.Index, short(res.Release.Commit))
+	d.say("-----> Deploying %s/%s %s on instance %d (%s)", in.Project, in.Env, want, in.Index, what)
 	if err := d.run(src, res.Release.Commit); err != nil {
 		d.say("-----> %v", err)
 		d.rollback()
@@ -225,6 +224,28 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 	d.prune()
 	d.say("-----> %s serves on instance %d (%.1fs)", want, in.Index, time.Since(d.journal.Started).Seconds())
 	return rel, 0, nil
+}
+
+// instanceSource brings the commit of an instance's release into the
+// node's repository of the environment and reads its tree, manifest and
+// user into d.
+func (p *Pipeline) instanceSource(ctx context.Context, d *deploy, in Instance) (quarantineGit, error) {
+	if p.git == nil {
+		return quarantineGit{}, errors.New("this node's git endpoint is off, so it keeps no repository to deploy from")
+	}
+	repo, err := p.git.ensureRepo(in.Project, d.env)
+	if err != nil {
+		return quarantineGit{}, err
+	}
+	commit := d.release.Commit
+	if err := p.fetchSource(ctx, in, repo, commit); err != nil {
+		return quarantineGit{}, fmt.Errorf("fetching the source: %w", err)
+	}
+	src := quarantineGit{repo: repo, req: &githook.Request{}}
+	if d.tree, d.man, _, err = inspectPush(src, commit, p.maxPushBytes*4); err != nil {
+		return quarantineGit{}, err
+	}
+	return src, d.resolveUser()
 }
 
 // instanceEnv is env as instance index sees it: its web port is its own.

@@ -114,6 +114,7 @@ func (d *deploy) specOf() runSpec {
 	if d.image != nil {
 		s.Root, s.Dir = imageRoot, d.image.Workdir
 		s.Processes[0].Argv = d.image.Argv
+		s.Processes[0].StopSignal = int(d.image.StopSignal)
 	}
 	if h := d.man.Health; h != nil && h.HTTP != nil {
 		s.HealthPath, s.Strict, s.HealthTimeout = h.HTTP.Path, true, supervisor.Duration(h.HTTP.Timeout)

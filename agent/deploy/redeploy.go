@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/agent/deploy/githook"
+	"corpus/agent/deploy/imagetree"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
@@ -100,13 +101,12 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		}
 		return cur.Number, nil
 	}
-	if ref, pull, err := imageOf(r.Image, cur); err != nil {
+	if ref, pull, err := imagetree.ToDeploy(r.Image, cur.GetImage(), cur.GetImageDigest()); err != nil {
 		return 0, connect.NewError(connect.CodeInvalidArgument, err)
 	} else if ref != "" {
-		man, _ := parseManifest(nil)
-		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man,
-			tree: &tree{Hooks: map[string]bool{}, Entries: map[string]string{}},
-			out:  out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
+		man, t := imageDeploy()
+		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man, tree: t,
+			out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
 		d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
 		return p.deployImage(d, r, m.Author, ref, pull)
 	}

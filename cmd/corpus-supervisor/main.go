@@ -8,6 +8,7 @@
 //	corpus-supervisor follow    send the follow request on stdin, copy the stream
 //	corpus-supervisor tty CMD [ARGS...]  run CMD with stdin as its controlling terminal
 //	corpus-supervisor env DIR ENVFILE CMD [ARGS...]  run CMD with the environment of the release in DIR
+//	corpus-supervisor chroot ROOT DIR UID GID -- CMD [ARGS...]  run an image's CMD in its tree ROOT, with /proc and /dev
 //	corpus-supervisor version
 package main
 
@@ -39,8 +40,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
 		os.Exit(127)
 	}
+	if len(os.Args) > 2 && os.Args[1] == supervisor.ChrootCommand {
+		code, err := supervisor.RunChrooted(os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		}
+		os.Exit(code)
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|chroot|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -92,7 +100,7 @@ func main() {
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|chroot|version")
 		os.Exit(2)
 	}
 }

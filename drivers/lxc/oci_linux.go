@@ -115,14 +115,13 @@ func configureImage(w *configWriter, img *oci.Image, rootfs string, env map[stri
 	if !filepath.IsAbs(cwd) || strings.ContainsAny(cwd, "\n\r\x00") {
 		return nil, fmt.Errorf("image %s: working dir %q is not an absolute path: %w", img.Reference, cwd, drivers.ErrInvalidSpec)
 	}
-	halt := img.Config.StopSignal
-	if halt == "" {
-		halt = "SIGTERM"
+	sig, err := img.StopSignal()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w: %w", img.Reference, err, drivers.ErrInvalidSpec)
 	}
-	if n, err := strconv.Atoi(halt); err == nil && n > 0 && n < 65 {
-		halt = strconv.Itoa(n)
-	} else if unix.SignalNum(halt) == 0 {
-		return nil, fmt.Errorf("image %s: stop signal %q is not a signal: %w", img.Reference, halt, drivers.ErrInvalidSpec)
+	halt := unix.SignalName(sig)
+	if halt == "" {
+		halt = strconv.Itoa(int(sig))
 	}
 	merged := map[string]string{}
 	for _, kv := range img.Config.Env {

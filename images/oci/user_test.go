@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func TestLookupUser(t *testing.T) {
@@ -49,5 +52,32 @@ func TestCommand(t *testing.T) {
 	img.Config.Cmd = []string{"serve"}
 	if got := img.Command(); !slices.Equal(got, []string{"/bin/app", "--flag", "serve"}) {
 		t.Errorf("Command() = %q", got)
+	}
+}
+
+// TestStopSignal: an image's stop signal by name (with or without SIG),
+// by number, SIGTERM when it names none; anything else is refused.
+func TestStopSignal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want syscall.Signal
+		bad  bool
+	}{
+		{"", syscall.SIGTERM, false},
+		{"SIGQUIT", syscall.SIGQUIT, false},
+		{"usr1", syscall.SIGUSR1, false},
+		{"SIGKILL", syscall.SIGKILL, false},
+		{"10", syscall.SIGUSR1, false},
+		{"0", 0, true},
+		{"65", 0, true},
+		{"SIGNOPE", 0, true},
+		{"TERM\n", syscall.SIGTERM, false},
+	} {
+		img := &Image{Config: v1.Config{StopSignal: tc.in}}
+		got, err := img.StopSignal()
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("StopSignal(%q) = %v, %v; want %v (refused: %v)", tc.in, got, err, tc.want, tc.bad)
+		}
 	}
 }

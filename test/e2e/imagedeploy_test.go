@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,16 +14,23 @@ import (
 )
 
 // siteImage is a busybox image whose entrypoint writes a page of its
-// version, its user and the GREETING it sees, then serves it with httpd
-// on $PORT, as the app user in /www.
+// version, its user and the GREETING it sees, host.txt with its guest's
+// name and status.txt with its /proc/self/status and whether /dev/null
+// takes a write, then serves them with httpd on $PORT, as the app user
+// in /www. Its stop signal is SIGUSR1, which ends httpd and which its
+// shell traps: it writes "stopped by USR1" in /www/stopped and ends.
 func siteImage(t *testing.T, version string) v1.Image {
 	t.Helper()
 	return ocitest.Image(t, v1.Config{
 		Entrypoint: []string{"/bin/sh", "-c"},
-		Cmd:        []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && exec httpd -f -p "$PORT" -h .`},
+		Cmd: []string{`echo "$(cat version) uid $(id -u) $GREETING" > index.html && busybox hostname > host.txt || exit 1
+{ cat /proc/self/status; echo x > /dev/null && echo devnull ok; } > status.txt 2>&1
+trap 'echo stopped by USR1 > stopped; exit 0' USR1
+httpd -f -p "$PORT" -h .`},
 		Env:        []string{"PATH=/bin", "GREETING=from the image"},
 		WorkingDir: "/www",
 		User:       "app",
+		StopSignal: "SIGUSR1",
 	}, ocitest.BusyboxLayer(t), ocitest.Layer(t,
 		ocitest.File{Name: "www/", UID: 1000, GID: 1000},
 		ocitest.File{Name: "www/version", Body: "version " + version + "\n"}))
@@ -33,7 +41,10 @@ func siteImage(t *testing.T, version string) v1.Image {
 // --image), v1 then v2, rolled back, changed by config, and pushed to
 // again, under load with no failed request; each release records the
 // digest its tag resolved to, a rollback and a config change deploy that
-// digest even after the tag moved; a malformed reference changes
+// digest even after the tag moved; scaled to two instances, both run
+// the same digest through a deploy and a rollback; the image's process
+// has /proc and /dev in its tree (mounts the guest never sees) and is
+// stopped by its own stop signal; a malformed reference changes
 // nothing, an image that cannot be pulled leaves a failed release and
 // the one before serving.
 func TestProjectFromOCIImage(t *testing.T) {
@@ -71,10 +82,37 @@ func TestProjectFromOCIImage(t *testing.T) {
 		t.Errorf("deploy --image v1 output lacks the digest %s or r3 going live:\n%s", v1Digest, out)
 	}
 	l.wantPage("version v1 uid 1000 hi")
+	// The image's process has /proc (its own status) and /dev; the
+	// mounts are its own: the guest has none of them.
+	if st := l.pageAt("/status.txt"); !strings.Contains(st, "Uid:\t1000\t") || !strings.Contains(st, "devnull ok") {
+		t.Errorf("the image's process read /proc/self/status and wrote /dev/null so:\n%s", st)
+	}
+	noImageMounts := func(when string) {
+		t.Helper()
+		out := l.guestSh("cat /proc/self/mountinfo")
+		if strings.Contains(out, "/srv/projects/hello/releases/") {
+			t.Errorf("%s, the guest has mounts in a release's tree:\n%s", when, out)
+		}
+	}
+	noImageMounts("while r3 runs")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(b), "/rootfs/proc") {
+			t.Errorf("mounts of an image's tree left on the host (%v):\n%s", err, b)
+		}
+	})
 	ld = l.startLoad(4)
 	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
 	ld.end(t, "deploy of image v2")
 	l.wantPage("version v2 uid 1000 hi")
+	noImageMounts("with r3 stopped")
+	// r3's web was stopped by the image's stop signal, which it trapped.
+	eventually(t, 30*time.Second, "r3's web stopped by SIGUSR1", func() error {
+		out, _, _ := l.c.cli("guest", "exec", "hello-dev", "--", "cat", "/srv/projects/hello/releases/r3/rootfs/www/stopped")
+		if strings.TrimSpace(out) != "stopped by USR1" {
+			return fmt.Errorf("r3's www/stopped = %q", out)
+		}
+		return nil
+	})
 	cur, rels := l.releases()
 	if cur != 4 || rels[0].ImageDigest != v2Digest || rels[1].ImageDigest != v1Digest || rels[0].Image != reg+"/team/site:v2" || rels[0].Commit != "" {
 		t.Errorf("after v1 and v2: current r%d, releases %+v", cur, rels)
@@ -103,9 +141,29 @@ func TestProjectFromOCIImage(t *testing.T) {
 		t.Errorf("the config change of r3's image: current r%d, newest %+v; want r5 of %s", cur, rels[0], v1Digest)
 	}
 
-	if _, stderr, code := l.c.cli("scale", "hello", "web=2"); code == 0 || !strings.Contains(stderr, "one instance") {
-		t.Errorf("scale web=2 of an image release = exit %d, %q; want a refusal: it runs on one instance", code, stderr)
-	}
+	// Two instances: the second pulls r5's image by its digest (the tag
+	// v1 moved), a deploy of v2 rolls through both and a rollback brings
+	// both back, under load with no failed request.
+	ld = l.startLoad(4)
+	start = time.Now()
+	l.c.mustCLI("scale", "hello", "web=2", "--shared-nothing")
+	l.waitInstances(2, 5, 3*time.Minute)
+	ld.end(t, "scale of an image release to two instances")
+	t.Logf("scale of an image release 1->2: both serving r5 after %s", time.Since(start).Round(100*time.Millisecond))
+	l.wantImageOnAll(2, "r5", v1Digest)
+	ld = l.startLoad(4)
+	start = time.Now()
+	l.c.mustCLI("deploy", "hello", "--image", reg+"/team/site:v2")
+	ld.end(t, "deploy of image v2 on two instances")
+	t.Logf("corpus deploy --image v2 on two instances took %s", time.Since(start).Round(time.Millisecond))
+	l.waitInstances(2, 6, time.Minute)
+	l.wantImageOnAll(2, "r6", v2Digest)
+	ld = l.startLoad(4)
+	l.c.mustCLI("rollback", "hello")
+	ld.end(t, "rollback of two instances to an image release")
+	l.waitInstances(2, 5, time.Minute)
+	l.wantImageOnAll(2, "r5", v1Digest)
+	l.wantPage("version v1 uid 1000 again")
 
 	// An image the registry lacks: a failed release, r5 serving.
 	if _, stderr, code := l.c.cli("deploy", "hello", "--image", reg+"/team/missing:1"); code == 0 || !strings.Contains(stderr, "r5 still serves") {
@@ -137,4 +195,33 @@ func TestProjectFromOCIImage(t *testing.T) {
 		return nil
 	})
 	l.c.mustCLI("project", "delete", "site", "--yes")
+}
+
+// wantImageOnAll waits until n guests answer through the proxy, each
+// with web of release rel running the image of digest.
+func (l *deployLab) wantImageOnAll(n int, rel, digest string) {
+	l.t.Helper()
+	eventually(l.t, 30*time.Second, fmt.Sprintf("%d instances answering with %s of %s", n, rel, digest), func() error {
+		webs := map[string]string{}
+		for _, p := range l.ps() {
+			if p.Name == "web" && p.State == "running" {
+				webs[p.Guest] = p.Release + " " + p.Command
+			}
+		}
+		if len(webs) != n {
+			return fmt.Errorf("web runs on %d guests: %v", len(webs), webs)
+		}
+		for g, w := range webs {
+			if !strings.HasPrefix(w, rel+" ") || !strings.Contains(w, "(image "+digest+")") {
+				return fmt.Errorf("web of %s runs %q", g, w)
+			}
+		}
+		count, bad := l.hosts(10 * n)
+		for g := range webs {
+			if count[g] == 0 {
+				return fmt.Errorf("%s does not answer: answers by guest %v, %d failed", g, count, bad)
+			}
+		}
+		return nil
+	})
 }

@@ -44,6 +44,7 @@ type psView struct {
 	Release  string `json:"release"`
 	Instance uint32 `json:"instance"`
 	Guest    string `json:"guest"`
+	Command  string `json:"command"`
 }
 
 func (l *deployLab) ps() []psView {

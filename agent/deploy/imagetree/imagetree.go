@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"corpus/agent/runtime/supervisor"
 	"corpus/images/oci"
@@ -45,6 +46,8 @@ type Source struct {
 	Argv     []string
 	Workdir  string
 	UID, GID int
+	// StopSignal is the signal that stops its command.
+	StopSignal syscall.Signal
 	// Env is the image's env, less PORT and CORPUS_* (the pipeline's),
 	// with a PATH.
 	Env map[string]string
@@ -91,6 +94,40 @@ func Pull(ctx context.Context, images Images, dir, ref string, say func(string, 
 	return s, nil
 }
 
+// ToDeploy is the image a release from an image deploys: the reference
+// asked for, or the serving release's image at its digest (a config
+// change, a deploy without --image); ref is what the release records,
+// pull what is pulled. Both are "" for a release of a commit.
+func ToDeploy(asked, curImage, curDigest string) (ref, pull string, err error) {
+	switch {
+	case asked != "":
+		return asked, asked, nil
+	case curDigest != "":
+		pull, err := Pinned(curImage, curDigest)
+		return curImage, pull, err
+	}
+	return "", "", nil
+}
+
+// PullPinned pulls ref's repository at digest (Pinned) as Pull does,
+// and checks that what it got is that digest.
+func PullPinned(ctx context.Context, images Images, dir, ref, digest string, say func(string, ...any)) (*Source, error) {
+	pull, err := Pinned(ref, digest)
+	if err != nil {
+		return nil, err
+	}
+	say("-----> Pulling %s", pull)
+	s, err := Pull(ctx, images, dir, pull, say)
+	if err != nil {
+		return nil, err
+	}
+	if s.Image.Digest != digest {
+		s.Close()
+		return nil, fmt.Errorf("%s resolved to %s, not %s", pull, s.Image.Digest, digest)
+	}
+	return s, nil
+}
+
 // configure reads what the image runs, and as whom, from its config and
 // its tree.
 func (s *Source) configure() error {
@@ -118,6 +155,11 @@ func (s *Source) configure() error {
 	if !path.IsAbs(s.Workdir) {
 		return fmt.Errorf("working dir %q is not an absolute path", s.Workdir)
 	}
+	sig, err := s.Image.StopSignal()
+	if err != nil {
+		return err
+	}
+	s.StopSignal = sig
 	uid, gid, err := oci.LookupUser(s.Root, cfg.User)
 	if err != nil {
 		return err

@@ -118,3 +118,23 @@ func TestPinned(t *testing.T) {
 		t.Error("Pinned(busybox) = nil error, want one: not a reference")
 	}
 }
+
+// TestToDeploy: a deploy deploys the reference asked for, else the
+// serving release's image at its digest, else no image (a commit).
+func TestToDeploy(t *testing.T) {
+	t.Parallel()
+	d := "sha256:" + strings.Repeat("cd", 32)
+	for _, tc := range []struct {
+		asked, image, digest string
+		ref, pull            string
+	}{
+		{"127.0.0.1:5000/team/site:v2", "127.0.0.1:5000/team/site:v1", d, "127.0.0.1:5000/team/site:v2", "127.0.0.1:5000/team/site:v2"},
+		{"", "127.0.0.1:5000/team/site:v1", d, "127.0.0.1:5000/team/site:v1", "127.0.0.1:5000/team/site@" + d},
+		{"", "", "", "", ""},
+	} {
+		ref, pull, err := ToDeploy(tc.asked, tc.image, tc.digest)
+		if err != nil || ref != tc.ref || pull != tc.pull {
+			t.Errorf("ToDeploy(%q, %q, %q) = %q, %q, %v; want %q, %q", tc.asked, tc.image, tc.digest, ref, pull, err, tc.ref, tc.pull)
+		}
+	}
+}

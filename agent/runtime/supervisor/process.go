@@ -118,16 +118,19 @@ func (p *proc) runOnce() error {
 		cmd = &exec.Cmd{Path: p.spec.Argv[0], Args: p.spec.Argv}
 	}
 	cmd.Dir = p.gen.Dir
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Chroot: p.gen.Root}
-	if p.gen.UID != 0 || p.gen.GID != 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(p.gen.UID), Gid: uint32(p.gen.GID), Groups: []uint32{}}
-		if p.gen.Root != "" {
-			// An image's user may listen on the ports below 1024 the
-			// routes lead to, as in a container of Docker's.
-			cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_BIND_SERVICE}
+	cmd.SysProcAttr = runAs("", p.gen.UID, p.gen.GID)
+	cmd.SysProcAttr.Setpgid = true
+	if p.gen.Root != "" {
+		// An image's tree: through corpus-supervisor chroot, which
+		// mounts /proc and /dev there first (chroot.go).
+		self, err := os.Executable()
+		if err != nil {
+			p.log.line(p.gen.ID, p.spec.Name, 0, "[corpus] cannot start: "+err.Error())
+			return err
 		}
+		cmd = chrootCmd(self, p.gen.Root, p.gen.Dir, p.gen.UID, p.gen.GID, cmd.Args)
 	}
+	cmd.Env = env
 	// Output goes through a pipe of our own, so Wait returns when the
 	// process ends even if a child of it keeps the pipe open.
 	r, w, err := os.Pipe()
@@ -181,7 +184,8 @@ func (p *proc) environ() ([]string, error) {
 	return Environ(p.gen.Dir, p.gen.EnvFile, p.spec.Name, p.spec.Port)
 }
 
-// stop ends the process: SIGTERM to its group, SIGKILL after the grace.
+// stop ends the process: its stop signal (SIGTERM unless it names one)
+// to its group, SIGKILL after the grace.
 func (p *proc) stop() {
 	p.stopOnce.Do(func() {
 		p.mu.Lock()
@@ -196,8 +200,12 @@ func (p *proc) stop() {
 			grace = defaultGrace
 		}
 		if pid > 0 {
-			killGroup(pid, syscall.SIGTERM)
-			p.log.line(p.gen.ID, p.spec.Name, pid, fmt.Sprintf("[corpus] stopping (SIGTERM; SIGKILL after %s)", grace))
+			sig := syscall.SIGTERM
+			if p.spec.StopSignal > 0 {
+				sig = syscall.Signal(p.spec.StopSignal)
+			}
+			killGroup(pid, sig)
+			p.log.line(p.gen.ID, p.spec.Name, pid, fmt.Sprintf("[corpus] stopping (%s; SIGKILL after %s)", signalName(sig), grace))
 		}
 		select {
 		case <-p.done:
@@ -209,6 +217,14 @@ func (p *proc) stop() {
 		}
 	})
 	<-p.done
+}
+
+// signalName is how the log names sig: SIGTERM, or its number.
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
 }
 
 func (p *proc) status() Status {

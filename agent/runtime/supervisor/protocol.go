@@ -7,10 +7,12 @@
 // It runs a project's processes (Procfile lines) as the project's user in
 // a release's folder with the release's environment, restarts them when
 // they exit (with backoff, counting restarts), captures their output into
-// capped, rotated log files, and stops them with SIGTERM and, after a
-// grace period, SIGKILL, to the whole process group. What it runs is kept
-// in a state file, so a restarted supervisor (a rebooted guest) runs the
-// same processes again.
+// capped, rotated log files, and stops them with SIGTERM (or the
+// process's own stop signal) and, after a grace period, SIGKILL, to the
+// whole process group. The processes of a release made from an OCI image
+// run chrooted in the image's tree, with /proc and /dev mounted there
+// for them alone (chroot.go). What it runs is kept in a state file, so a
+// restarted supervisor (a rebooted guest) runs the same processes again.
 //
 // The agent speaks to it with one JSON request and one JSON answer over a
 // unix socket in the guest, through `corpus-supervisor ctl` run by the
@@ -116,8 +118,8 @@ type Generation struct {
 	// config, secrets included), readable by the project's user only.
 	EnvFile   string    `json:"env_file"`
 	Processes []Process `json:"processes"`
-	// Grace is how long a stopping process gets between SIGTERM and
-	// SIGKILL.
+	// Grace is how long a stopping process gets between its stop signal
+	// and SIGKILL.
 	Grace Duration `json:"grace"`
 	// MinUptime is how long each process must stay up for the start to
 	// succeed; a process that exits sooner fails it with its last output.
@@ -131,6 +133,9 @@ type Process struct {
 	// Argv, when set, is run as it is instead of Command by /bin/sh -c
 	// (an image's entrypoint and cmd); Command then only describes it.
 	Argv []string `json:"argv,omitempty"`
+	// StopSignal, when set, is the signal that stops it (an image's stop
+	// signal) in place of SIGTERM; SIGKILL follows after the grace.
+	StopSignal int `json:"stop_signal,omitempty"`
 	// Port is given as PORT (web).
 	Port int `json:"port,omitempty"`
 }

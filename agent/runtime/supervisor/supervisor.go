@@ -146,6 +146,9 @@ func checkGeneration(g Generation) error {
 		if strings.TrimSpace(p.Command) == "" {
 			return fmt.Errorf("process %s has no command", p.Name)
 		}
+		if p.StopSignal < 0 || p.StopSignal > 64 {
+			return fmt.Errorf("process %s: stop signal %d is not a signal (1 to 64)", p.Name, p.StopSignal)
+		}
 		names[p.Name] = true
 	}
 	return nil

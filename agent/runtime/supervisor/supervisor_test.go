@@ -131,6 +131,7 @@ func TestStartFailsOnQuickExit(t *testing.T) {
 		{Project: "site", ID: "x", Dir: dir},
 		{Project: "site", ID: "x", Dir: dir, Processes: []Process{{Name: "a", Command: " "}}},
 		{Project: "site", ID: "x", Dir: dir, Processes: []Process{{Name: "a", Command: "true"}, {Name: "a", Command: "true"}}},
+		{Project: "site", ID: "x", Dir: dir, Processes: []Process{{Name: "a", Command: "true", StopSignal: 65}}},
 	} {
 		if res := s.Handle(Request{Op: OpStart, Generation: &bad}); res.Error == "" {
 			t.Errorf("spec %+v was accepted", bad)
@@ -149,6 +150,28 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	s.Handle(Request{Op: OpStop, Project: "site"})
 	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("stopping a process that ignores SIGTERM took %s, want the grace then SIGKILL", d)
+	}
+}
+
+// TestStopSignal: a process with a stop signal of its own (an image's)
+// is stopped by that signal, which it traps, not by SIGTERM; the log
+// says which.
+func TestStopSignal(t *testing.T) {
+	s, dir := newTest(t)
+	mark := filepath.Join(dir, "stopped")
+	g := gen(dir, "r1", Process{Name: "web", Command: "an image's entrypoint", StopSignal: int(syscall.SIGUSR1),
+		Argv: []string{"/bin/sh", "-c", `trap 'echo USR1 > "$0"; exit 0' USR1; trap 'echo TERM > "$0"; exit 0' TERM; while :; do sleep 0.1; done`, mark}})
+	if res := s.Handle(Request{Op: OpStart, Generation: &g}); res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	if res := s.Handle(Request{Op: OpStop, Project: "site"}); res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	if b, err := os.ReadFile(mark); strings.TrimSpace(string(b)) != "USR1" {
+		t.Errorf("the process trapped %q (%v), want USR1", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "log", "site", "web.log")); !strings.Contains(string(b), "stopping (SIGUSR1; SIGKILL after 2s)") {
+		t.Errorf("the log does not say the stop signal:\n%s", b)
 	}
 }
 
@@ -275,23 +298,8 @@ func freePort(t *testing.T) int {
 // image) runs its processes' argv as they are, chrooted there, in a
 // folder of the root, with the environment file read from outside it.
 func TestStartInRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (chroot)")
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Skipf("needs the host's static busybox (busybox-static): %v", err)
-	}
 	s, dir := newTest(t)
-	root := filepath.Join(dir, "rootfs")
-	for _, d := range []string{"bin", "www"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := busyboxTree(t, dir, "www")
 	env := filepath.Join(dir, "env.json")
 	os.WriteFile(env, []byte(`{"GREETING":"from the config"}`), 0o600)
 	g := gen("/www", "r1", Process{Name: "web", Command: "busybox sh (image)", Port: 8123,
@@ -303,7 +311,7 @@ func TestStartInRoot(t *testing.T) {
 	out := filepath.Join(root, "www", "out")
 	var b []byte
 	waitFor(t, "the process's output in the root", func() bool { b, _ = os.ReadFile(out); return len(b) > 0 })
-	if got, want := string(b), "/www bin\nwww 8123 from the config\n"; got != want {
-		t.Errorf("the process in its root said %q, want %q (chrooted, in its folder, with PORT and the config)", got, want)
+	if got, want := string(b), "/www bin\ndev\nproc\ntmp\nwww 8123 from the config\n"; got != want {
+		t.Errorf("the process in its root said %q, want %q (chrooted with /dev, /proc and /tmp, in its folder, with PORT and the config)", got, want)
 	}
 }

@@ -19,8 +19,17 @@ import (
 // TestMain runs RunTTY itself when asked (the command in
 // CORPUS_TEST_RUNTTY, as JSON): it takes the process's standard input as
 // the terminal, as corpus-supervisor tty does. So for ExecInRelease
-// (CORPUS_TEST_EXECINRELEASE: its arguments), as corpus-supervisor env.
+// (CORPUS_TEST_EXECINRELEASE: its arguments), as corpus-supervisor env,
+// and RunChrooted when the supervisor runs an image's process through
+// itself, here the test binary (ChrootCommand).
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ChrootCommand {
+		code, err := RunChrooted(os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		}
+		os.Exit(code)
+	}
 	if v := os.Getenv("CORPUS_TEST_RUNTTY"); v != "" {
 		var argv []string
 		json.Unmarshal([]byte(v), &argv)

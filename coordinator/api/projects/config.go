@@ -229,7 +229,7 @@ func (s *Service) Deploy(ctx context.Context, req *connect.Request[corpusv1.Rede
 		return api.ToConnect(api.Invalidf("a restart is not blue-green: deploy with --strategy blue-green"))
 	}
 	if m.Image != "" {
-		if err := checkImageDeploy(view, p, e, m); err != nil {
+		if err := checkImageDeploy(view, m); err != nil {
 			return api.ToConnect(err)
 		}
 	} else if e.CurrentRelease == 0 {

@@ -51,9 +51,6 @@ func (s *Service) Scale(ctx context.Context, req *connect.Request[corpusv1.Scale
 	if err != nil {
 		return nil, err
 	}
-	if err := imageOnOne(view, p, e, corpusv1.InstanceCount(cmd.Scale)); err != nil {
-		return nil, api.ToConnect(err)
-	}
 	if changed {
 		if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_ScaleEnv{ScaleEnv: cmd}}); err != nil {
 			return nil, err
