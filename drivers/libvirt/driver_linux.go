@@ -41,7 +41,19 @@ type Driver struct {
 
 	mu   sync.Mutex
 	conn *golibvirt.Libvirt // nil until the first successful dial
+
+	// probe is the fingerprint's call to libvirtd in flight (nil: none),
+	// closed when it ends; probed is what the last one found.
+	probeMu sync.Mutex
+	probe   chan struct{}
+	probed  drivers.Fingerprint
 }
+
+// fingerprintWait bounds how long Fingerprint waits for libvirtd: a
+// libvirtd that accepts the connection but does not answer (stopped, or
+// stuck) would otherwise hold the agent's enrollment and reports
+// forever, as go-libvirt's calls take no deadline.
+var fingerprintWait = 10 * time.Second
 
 // New returns a driver owning cfg.Dir. It touches nothing on the host
 // and does not dial libvirtd: a host without it still gets a driver, and
@@ -135,12 +147,52 @@ func (d *Driver) Capabilities() drivers.Capabilities {
 // URI. Attributes say which hypervisor and acceleration VMs get; without
 // /dev/kvm QEMU emulates the CPU (TCG), which works but is several times
 // slower, and Detail says so.
+//
+// It waits for libvirtd at most fingerprintWait (or until ctx ends), then
+// says libvirtd did not answer; the call goes on in the background, and
+// later fingerprints wait for it rather than pile up more.
 func (d *Driver) Fingerprint(ctx context.Context) drivers.Fingerprint {
-	fp := drivers.Fingerprint{Attributes: map[string]string{
+	d.probeMu.Lock()
+	done := d.probe
+	if done == nil {
+		done = make(chan struct{})
+		d.probe = done
+		go func() {
+			fp := d.fingerprint()
+			d.probeMu.Lock()
+			d.probed, d.probe = fp, nil
+			d.probeMu.Unlock()
+			close(done)
+		}()
+	}
+	d.probeMu.Unlock()
+	t := time.NewTimer(fingerprintWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		d.probeMu.Lock()
+		defer d.probeMu.Unlock()
+		return d.probed
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	fp := d.baseFingerprint()
+	fp.Detail = fmt.Sprintf("libvirtd at %s did not answer within %s (is it stopped or stuck?)", d.socket, fingerprintWait)
+	return fp
+}
+
+// baseFingerprint is what the driver knows without asking libvirtd.
+func (d *Driver) baseFingerprint() drivers.Fingerprint {
+	return drivers.Fingerprint{Attributes: map[string]string{
 		"libvirt.uri":    d.uri,
 		"libvirt.socket": d.socket,
 		"libvirt.accel":  accel(),
 	}}
+}
+
+// fingerprint asks libvirtd for its hypervisor and version.
+func (d *Driver) fingerprint() drivers.Fingerprint {
+	fp := d.baseFingerprint()
 	l, err := d.client()
 	if err != nil {
 		fp.Detail = err.Error()
