@@ -176,8 +176,10 @@ func TestSweepRefuses(t *testing.T) {
 
 // TestSweepLibvirtDomains: a libvirt domain whose disk lies in a group's
 // folder is stopped and undefined with the folder; --stale-domains
-// removes those whose disks under /tmp are all gone and keeps one whose
-// disk is there.
+// removes those whose disk files under /tmp are all gone and keeps one
+// whose disk is there. Each disk has an image under it outside /tmp
+// (the VM images' cache), and each domain a volume (a block device, as
+// a node's loop devices are), which --stale-domains does not count.
 func TestSweepLibvirtDomains(t *testing.T) {
 	need(t, "bash", "virsh")
 	if err := exec.Command("virsh", "-q", "-c", "qemu:///system", "uri").Run(); err != nil {
@@ -224,7 +226,9 @@ func TestSweepLibvirtDomains(t *testing.T) {
 		x := filepath.Join(t.TempDir(), "dom.xml")
 		if err := os.WriteFile(x, []byte(fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory>
 <os><type arch='x86_64'>hvm</type></os><devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/>
-<source file='%s'/><target dev='vda' bus='virtio'/></disk></devices></domain>`, name, disk)), 0o600); err != nil {
+<source file='%s'/><backingStore type='file'><format type='raw'/><source file='/var/cache/corpus-sweeptest/base.raw'/></backingStore>
+<target dev='vda' bus='virtio'/></disk>
+<disk type='block' device='disk'><source dev='/dev/corpus-sweeptest-volume'/><target dev='vdb' bus='virtio'/></disk></devices></domain>`, name, disk)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		sh(t, "virsh", "-q", "-c", "qemu:///system", "define", x)
