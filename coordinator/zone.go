@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -80,6 +81,16 @@ func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dn
 		c.Static = append(c.Static, dns.Record{Name: r.Name, Type: r.Type, TTL: r.Ttl, Data: r.Data})
 	}
 	return dns.ClusterZone(c)
+}
+
+// recordFits says whether rec could join the zone as of this replica's
+// state now: nil, or the error Zone.Fits gives.
+func (s *Server) recordFits(rec dns.Record) error {
+	z := s.currentZone()
+	if z == nil {
+		return errors.New("this coordinator serves no DNS (its dns address is empty)")
+	}
+	return z.Fits(rec)
 }
 
 // zoneLoop keeps src's zone equal to the state's: it rebuilds the zone
