@@ -46,3 +46,7 @@ func (s *Server) Zone() *dns.Zone { return s.servedZone() }
 
 // ZoneNow is the zone as of this replica's state now (see currentZone).
 func (s *Server) ZoneNow() *dns.Zone { return s.currentZone() }
+
+// RecordFits says whether rec could join the zone as of this replica's
+// state now (see recordFits).
+func (s *Server) RecordFits(rec dns.Record) error { return s.recordFits(rec) }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,66 +21,131 @@ import (
 // A record that cannot be served is left out (the zone's Skipped), never
 // the zone: the error is only for a zone name that is not a domain name.
 func clusterZone(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) (*dns.Zone, error) {
-	c := dns.Cluster{
+	c := newCluster(v, zoneName, nsName, nsAddr)
+	for _, g := range v.Guests() {
+		addGuest(&c, g)
+	}
+	for _, n := range v.Nodes() {
+		addNode(&c, n)
+	}
+	for _, p := range v.Projects() {
+		for _, e := range p.Envs {
+			addRoute(&c, v, p, e)
+		}
+	}
+	addStatic(&c, v.DNSRecords())
+	return dns.ClusterZone(c)
+}
+
+// clusterZoneAt builds from v the part of clusterZone's zone at name
+// (absolute, lowercase): the same records there, and the apex, but
+// none of the others, read through the state's indexes. What it costs
+// does not grow with the zone, which the zone's own build does.
+func clusterZoneAt(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr, name string) (*dns.Zone, error) {
+	c := newCluster(v, zoneName, nsName, nsAddr)
+	at := dns.PublishersAt(zoneName, name)
+	if g := v.GuestByName(at.Guest); g != nil { // no object is named ""
+		addGuest(&c, g)
+	}
+	if n := v.NodeByName(at.Node); n != nil {
+		addNode(&c, n)
+	}
+	if p := v.Project(at.Domain); p != nil {
+		for _, e := range p.Envs {
+			if e.Name == at.Env {
+				addRoute(&c, v, p, e)
+			}
+		}
+	}
+	addStatic(&c, v.DNSRecordsNamed(name))
+	return dns.ClusterZone(c)
+}
+
+// newCluster is the zone's frame: its name, serial and name server.
+func newCluster(v *state.Snap, zoneName, nsName string, nsAddr netip.Addr) dns.Cluster {
+	return dns.Cluster{
 		Zone:        zoneName,
 		Index:       v.Index(),
 		NameServers: map[string]netip.Addr{nsName: nsAddr},
 		Guests:      map[string]netip.Addr{},
 		Nodes:       map[string]netip.Addr{},
 	}
-	for _, g := range v.Guests() {
-		if a, err := netip.ParseAddr(g.Address); err == nil && g.DesiredState != corpusv1.DesiredDeleted {
-			c.Guests[g.Name] = a
+}
+
+// addGuest publishes g, when it has an address and is not being deleted.
+func addGuest(c *dns.Cluster, g *corpusv1.Guest) {
+	if a, err := netip.ParseAddr(g.Address); err == nil && g.DesiredState != corpusv1.DesiredDeleted {
+		c.Guests[g.Name] = a
+	}
+}
+
+// addNode publishes n, when it has an address and answers: a node that
+// stopped answering stops being published.
+func addNode(c *dns.Cluster, n *corpusv1.Node) bool {
+	a, err := netip.ParseAddr(n.Address)
+	if err != nil || n.Status == corpusv1.NodeDown {
+		return false
+	}
+	c.Nodes[n.Name] = a
+	return true
+}
+
+// addRoute publishes project p's environment e: PROJECT.ENV.ZONE is the
+// ingress of the environment (the node whose proxy serves its domains,
+// and every other node with an instance, whose proxy balances over all
+// of them), with SRV records for the proxy's ports. The nodes it names
+// are published with it.
+func addRoute(c *dns.Cluster, v *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv) {
+	g := v.Guest(e.GuestId)
+	if g == nil || g.NodeId == "" || g.DesiredState == corpusv1.DesiredDeleted || len(e.Domains) == 0 {
+		return
+	}
+	n := v.Node(g.NodeId)
+	if n == nil || !addNode(c, n) {
+		return
+	}
+	r := dns.Route{Domain: p.Name, Env: e.Name, Nodes: []string{n.Name}}
+	for _, id := range v.EnvNodes(e) {
+		if o := v.Node(id); o != nil && o.Id != n.Id && addNode(c, o) {
+			r.Nodes = append(r.Nodes, o.Name)
 		}
 	}
-	for _, n := range v.Nodes() {
-		// A node that stopped answering stops being published.
-		if a, err := netip.ParseAddr(n.Address); err == nil && n.Status != corpusv1.NodeDown {
-			c.Nodes[n.Name] = a
-		}
+	for i, port := range n.ReservedPorts { // the proxy's: HTTP, then HTTPS
+		svc := []string{"http", "https"}[min(i, 1)]
+		r.Ports = append(r.Ports, dns.Port{Service: svc, Port: uint16(port)})
 	}
-	// Projects: NAME.ENV.ZONE is the ingress of the environment (the node
-	// whose proxy serves its domains), with SRV records for the proxy's
-	// ports.
-	for _, p := range v.Projects() {
-		for _, e := range p.Envs {
-			g := v.Guest(e.GuestId)
-			if g == nil || g.NodeId == "" || g.DesiredState == corpusv1.DesiredDeleted || len(e.Domains) == 0 {
-				continue
-			}
-			n := v.Node(g.NodeId)
-			if n == nil {
-				continue
-			}
-			if _, published := c.Nodes[n.Name]; !published {
-				continue
-			}
-			r := dns.Route{Domain: p.Name, Env: e.Name, Nodes: []string{n.Name}}
-			// Every node with an instance serves the domains (its proxy
-			// balances over all of them).
-			for _, id := range v.EnvNodes(e) {
-				if o := v.Node(id); o != nil && o.Id != n.Id {
-					if _, published := c.Nodes[o.Name]; published {
-						r.Nodes = append(r.Nodes, o.Name)
-					}
-				}
-			}
-			for i, port := range n.ReservedPorts { // the proxy's: HTTP, then HTTPS
-				svc := []string{"http", "https"}[min(i, 1)]
-				r.Ports = append(r.Ports, dns.Port{Service: svc, Port: uint16(port)})
-			}
-			c.Routes = append(c.Routes, r)
-		}
-	}
-	// Oldest first: of two static records that conflict (the state
-	// refuses such a pair, but a snapshot from before may hold one), the
-	// newer is the one left out.
-	static := v.DNSRecords()
+	c.Routes = append(c.Routes, r)
+}
+
+// addStatic adds operator records, oldest first: of two static records
+// that conflict (the state refuses such a pair, but a snapshot from
+// before may hold one), the newer is the one left out.
+func addStatic(c *dns.Cluster, static []*corpusv1.DnsRecord) {
 	slices.SortStableFunc(static, func(a, b *corpusv1.DnsRecord) int { return cmp.Compare(a.CreateIndex, b.CreateIndex) })
 	for _, r := range static {
 		c.Static = append(c.Static, dns.Record{Name: r.Name, Type: r.Type, TTL: r.Ttl, Data: r.Data})
 	}
-	return dns.ClusterZone(c)
+}
+
+// recordFits says whether rec could join the zone as of this replica's
+// state now: nil, or the error Zone.Fits gives for the zone built from
+// the state. Fits looks at rec's name alone, so the zone it asks is
+// clusterZoneAt's, of that name: an add costs the same beside ten
+// records or ten thousand, and follows the state however far the
+// served zone lags it.
+func (s *Server) recordFits(rec dns.Record) error {
+	if s.zone == nil {
+		return errors.New("this coordinator serves no DNS (its dns address is empty)")
+	}
+	name, err := dns.OwnerName(s.cfg.DNSZone, rec)
+	if err != nil {
+		return err
+	}
+	z, err := clusterZoneAt(s.store.Read(), s.cfg.DNSZone, s.cfg.ReplicaID, nameServerAddr(s.DNSAddr(), s.cfg.RaftAddr), name)
+	if err != nil {
+		return err
+	}
+	return z.Fits(rec)
 }
 
 // zoneLoop keeps src's zone equal to the state's: it rebuilds the zone

@@ -172,6 +172,55 @@ func ClusterZone(c Cluster) (*Zone, error) {
 	return z, nil
 }
 
+// Publishers names the parts of a Cluster that may publish records at
+// one name of its zone, as ClusterRecords names what it publishes; the
+// apex's SOA and NS come from the name servers. A Cluster of these
+// parts, its name servers and the static records at the name gives a
+// zone that holds at that name just what the whole Cluster's zone holds
+// there: a record can be checked against a zone of any size at the cost
+// of one name (Zone.Fits looks at its name alone).
+type Publishers struct {
+	// NameServer, Node and Guest are the NAME of NAME.ns.ZONE,
+	// NAME.node.ZONE and NAME.guest.ZONE.
+	NameServer, Node, Guest string
+	// Domain and Env are a Route's, at DOMAIN.ENV.ZONE or at
+	// _SERVICE._tcp.DOMAIN.ENV.ZONE.
+	Domain, Env string
+}
+
+// PublishersAt returns the parts of a Cluster of zone (DefaultZone when
+// empty) that may publish records at name, an absolute name in any
+// case; none for a name outside the zone or one no part publishes at.
+func PublishersAt(zone, name string) Publishers {
+	if zone == "" {
+		zone = DefaultZone
+	}
+	origin, name := dns.CanonicalName(zone), dns.CanonicalName(name)
+	rel, ok := strings.CutSuffix(name, "."+origin)
+	if origin == "." {
+		rel, ok = strings.TrimSuffix(name, "."), name != "."
+	}
+	if !ok {
+		return Publishers{}
+	}
+	var p Publishers
+	switch l := strings.Split(rel, "."); {
+	case len(l) == 2:
+		switch l[1] {
+		case "ns":
+			p.NameServer = l[0]
+		case "node":
+			p.Node = l[0]
+		case "guest":
+			p.Guest = l[0]
+		}
+		p.Domain, p.Env = l[0], l[1]
+	case len(l) == 4 && strings.HasPrefix(l[0], "_") && l[1] == "_tcp":
+		p.Domain, p.Env = l[2], l[3]
+	}
+	return p
+}
+
 func checkLabel(s string) error {
 	if s == "" || len(s) > 63 || strings.ContainsAny(s, ". \t\\\"();@$") {
 		return fmt.Errorf("label %q: %w", s, ErrBadRecord)

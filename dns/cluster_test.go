@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"cmp"
 	"errors"
 	"net/netip"
 	"slices"
@@ -55,6 +56,70 @@ func TestClusterZone(t *testing.T) {
 	recs := z.Records()
 	if recs[0].Type != "SOA" || recs[len(recs)-1] != (Record{Name: "coord-1.ns.corpus.test.", Type: "A", TTL: 30, Data: "192.0.2.10"}) {
 		t.Errorf("Records() = %v", recs)
+	}
+}
+
+// TestPublishersAt: every name a part of a Cluster publishes records
+// at names that part, in any zone and any case; other names name none.
+func TestPublishersAt(t *testing.T) {
+	t.Parallel()
+	a := netip.MustParseAddr
+	ns := map[string]netip.Addr{"coord-1": a("192.0.2.10")}
+	nodes := map[string]netip.Addr{"node-1": a("192.0.2.1"), "node-2": a("2001:db8::2")}
+	route := Route{Domain: "hello", Env: "dev", Nodes: []string{"node-1", "node-2"}, Ports: []Port{{Port: 80}, {Service: "https", Port: 443}}}
+	for _, zone := range []string{"", "Example.COM", "a.b.c.", "."} {
+		origin := dns.CanonicalName(cmp.Or(zone, DefaultZone))
+		abs := func(rel string) string { // rel, absolute in zone
+			if origin == "." {
+				return rel + "."
+			}
+			return rel + "." + origin
+		}
+		for _, tt := range []struct {
+			part, others Cluster // others: what the part needs beside it
+			want         Publishers
+		}{
+			{Cluster{NameServers: map[string]netip.Addr{"coord-2": a("192.0.2.11")}}, Cluster{}, Publishers{NameServer: "coord-2", Domain: "coord-2", Env: "ns"}},
+			{Cluster{Nodes: map[string]netip.Addr{"node-3": a("192.0.2.3")}}, Cluster{NameServers: ns}, Publishers{Node: "node-3", Domain: "node-3", Env: "node"}},
+			{Cluster{Guests: map[string]netip.Addr{"web": a("fd00::7")}}, Cluster{NameServers: ns}, Publishers{Guest: "web", Domain: "web", Env: "guest"}},
+			{Cluster{Routes: []Route{route}}, Cluster{NameServers: ns, Nodes: nodes}, Publishers{Domain: "hello", Env: "dev"}},
+		} {
+			whole := tt.part
+			whole.Zone = zone
+			if whole.NameServers == nil {
+				whole.NameServers = tt.others.NameServers
+			}
+			if whole.Nodes == nil {
+				whole.Nodes = tt.others.Nodes
+			}
+			recs, skipped := ClusterRecords(whole)
+			if len(skipped) > 0 {
+				t.Fatalf("ClusterRecords(%+v) skips %v", whole, skipped)
+			}
+			others, _ := ClusterRecords(tt.others)
+			published := 0
+			for _, r := range recs {
+				if r.Name == "@" || slices.ContainsFunc(others, func(o Record) bool { return o.Name == r.Name }) {
+					continue
+				}
+				published++
+				name := strings.ToUpper(abs(r.Name))
+				if got := PublishersAt(zone, name); got != tt.want {
+					t.Errorf("PublishersAt(%q, %s) = %+v, want %+v", zone, name, got, tt.want)
+				}
+			}
+			if published == 0 {
+				t.Errorf("zone %q: no name of %+v checked", zone, tt.want)
+			}
+		}
+		for _, name := range []string{origin, abs("www"), abs("a.b.c.d"), abs("_http._udp.hello.dev")} {
+			if got := PublishersAt(zone, name); got != (Publishers{}) {
+				t.Errorf("PublishersAt(%q, %s) = %+v, want none", zone, name, got)
+			}
+		}
+		if got := PublishersAt(zone, "web.guest.elsewhere."); got != (Publishers{}) && origin != "." {
+			t.Errorf("PublishersAt(%q, web.guest.elsewhere.) = %+v, want none", zone, got)
+		}
 	}
 }
 

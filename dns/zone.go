@@ -328,6 +328,20 @@ func (z *Zone) Fits(rec Record) error {
 	return nil
 }
 
+// OwnerName returns rec's owner as a zone of origin (DefaultZone when
+// empty) holds it: absolute and lowercase. The error is the one NewZone
+// gives for a record that does not parse.
+func OwnerName(origin string, rec Record) (string, error) {
+	if origin == "" {
+		origin = DefaultZone
+	}
+	rr, err := parseRecord(dns.CanonicalName(origin), rec)
+	if err != nil {
+		return "", err
+	}
+	return dns.CanonicalName(rr.Header().Name), nil
+}
+
 // index fills z.rrs in canonical order for transfers and listings.
 func (z *Zone) index() {
 	// Each name split once: splitting inside the comparison made the

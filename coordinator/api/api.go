@@ -135,9 +135,12 @@ type Zones interface {
 	// Zone is the zone served (nil when DNS is off), DNSAddr where it
 	// answers. The served zone may lag the state a little while writes
 	// stream in; ZoneNow is the zone as of the state now (built on the
-	// spot when the served one lags: for listings).
+	// spot when the served one lags: for listings). RecordFits is
+	// ZoneNow().Fits(rec): whether rec could join the zone as of the
+	// state now (nil), or why not.
 	Zone() *dns.Zone
 	ZoneNow() *dns.Zone
+	RecordFits(rec dns.Record) error
 	DNSAddr() string
 }
 

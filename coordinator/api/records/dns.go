@@ -186,7 +186,7 @@ func (s *dnsService) AddRecord(ctx context.Context, req *connect.Request[corpusv
 	// static records however they come in. Checked at the record's name
 	// alone: rebuilding the zone with it made each add cost as much as
 	// the zone's size.
-	if err := s.b.ZoneNow().Fits(rec); err != nil {
+	if err := s.b.RecordFits(rec); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("%w; a name with a CNAME holds no other record (RFC 1034 section 3.6.2): pick another name or delete the other record (corpus dns records lists them); nothing changed", err))
 	}

@@ -22,3 +22,9 @@ func (v *Snap) DNSRecord(id string) *corpusv1.DnsRecord {
 func (v *Snap) DNSRecordByKey(key string) *corpusv1.DnsRecord {
 	return first[*corpusv1.DnsRecord](v, TableDNS, "key", key)
 }
+
+// DNSRecordsNamed returns the operator records owned by name (absolute,
+// as DNS compares names: case aside), in no particular order.
+func (v *Snap) DNSRecordsNamed(name string) []*corpusv1.DnsRecord {
+	return all[*corpusv1.DnsRecord](v, TableDNS, "name", name)
+}
