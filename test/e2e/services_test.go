@@ -281,6 +281,9 @@ func TestServicePostgres(t *testing.T) {
 		return nil
 	}
 	eventually(t, time.Minute, "the service's guest gone", gone)
+	// Its data is on n1: a node gossip found down (a busy machine) keeps
+	// it until the node is back.
+	c.waitNodeReady(a.name)
 	c.mustCLI("service", "create", "db", "--template", "postgresql", "--size", "256M", "--memory", "256M")
 	c.waitHealthy("db", 3*time.Minute)
 	if got := strings.TrimSpace(c.mustCLI("guest", "exec", "svc-db", "--", "sh", "-c", `su postgres -c "psql -d corpus -tAc 'SELECT note FROM notes'"`)); got != "hello from the app" {

@@ -28,12 +28,24 @@ func TestKeptVolume(t *testing.T) {
 			vol("svc-dbx", "up", "", 11),
 			vol("svc-db-02", "up", "", 12),
 			vol("svc-db-extra", "up", "", 13),
+			vol("svc-lost", "dead", "", 14),
 		}}).Read()
 	if v := keptVolume(view, "db"); v.GetName() != "svc-db-2" {
 		t.Errorf("keptVolume(db) = %v, want svc-db-2", v)
 	}
 	if v := keptVolume(view, "other"); v != nil {
 		t.Errorf("keptVolume(other) = %v, want none", v)
+	}
+	// A service's own volume on a node that is down is none to make it
+	// with, and the name a new one would take.
+	if v := strandedVolume(view, "lost"); v.GetName() != "svc-lost" {
+		t.Errorf("strandedVolume(lost) = %v, want svc-lost", v)
+	}
+	if v := keptVolume(view, "lost"); v != nil {
+		t.Errorf("keptVolume(lost) = %v, want none (its node is down)", v)
+	}
+	if v := strandedVolume(view, "db"); v != nil {
+		t.Errorf("strandedVolume(db) = %v, want none (svc-db is on a node that is up)", v)
 	}
 	if name, err := replacementName(view, "db"); err != nil || name != "svc-db-6" {
 		t.Errorf("replacementName(db) = %q, %v; want svc-db-6 (2 to 5 are taken)", name, err)

@@ -240,9 +240,15 @@ func (s *serviceService) TemplateGuest(svc *corpusv1.Service, m *corpusv1.Create
 		Resources: &corpusv1.Resources{MemoryBytes: mem},
 		Volume:    &corpusv1.VolumeSpec{SizeBytes: size, Path: t.VolumePath},
 	}
-	// The data of a service deleted without --purge comes back with it.
-	if v := keptVolume(s.b.Store.Read(), svc.Name); v != nil {
+	// The data of a service deleted without --purge comes back with it;
+	// while the node it is on is down, the service waits for it.
+	view := s.b.Store.Read()
+	if v := keptVolume(view, svc.Name); v != nil {
 		spec.Volume = &corpusv1.VolumeSpec{UseVolume: v.Name, Path: t.VolumePath}
+	} else if v := strandedVolume(view, svc.Name); v != nil {
+		return nil, nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"service %s's data is on volume %s, on node %s, which is down: make the service again once the node is back (`corpus node list`), or delete the volume to start empty (`corpus volume delete %s`)",
+			svc.Name, v.Name, view.Node(v.NodeId).GetName(), v.Name))
 	}
 	if err := api.NormalizeSpec(spec); err != nil {
 		return nil, nil, api.ToConnect(err)
@@ -253,6 +259,18 @@ func (s *serviceService) TemplateGuest(svc *corpusv1.Service, m *corpusv1.Create
 	}
 	g := &corpusv1.Guest{Id: secret.Hex(8), Name: corpusv1.ServiceGuestName(svc.Name), Spec: spec, DesiredState: state.DesiredRunning}
 	return g, clear, nil
+}
+
+// strandedVolume is the volume a service deleted without --purge left
+// under its guest's own name (svc-NAME) on a node that is down: the name
+// a new volume would take, so the service cannot be made again without
+// it until the node is back.
+func strandedVolume(view *state.Snap, service string) *corpusv1.Volume {
+	v := view.Volume(corpusv1.ServiceGuestName(service))
+	if v == nil || v.GuestId != "" || v.DesiredState == state.VolumeDeleted || view.Node(v.NodeId).GetStatus() != state.NodeDown {
+		return nil
+	}
+	return v
 }
 
 // keptVolume is the volume a service deleted without --purge left: the
