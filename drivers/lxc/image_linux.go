@@ -513,6 +513,11 @@ func copyContainer(src, dst string, finish func(tmp string) error) (err error) {
 	for _, line := range strings.Split(string(cfg), "\n") {
 		key, _, _ := strings.Cut(line, "=")
 		switch strings.TrimSpace(key) {
+		case "lxc.log.file":
+			// The copy's user sets its own: a copy that kept the
+			// original's would log into the folder of whoever built
+			// it (another agent's, long gone, for the image store's).
+			continue
 		case "lxc.rootfs.path":
 			line = "lxc.rootfs.path = dir:" + filepath.Join(dst, "rootfs")
 		case "lxc.uts.name":

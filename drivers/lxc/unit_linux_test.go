@@ -4,6 +4,8 @@ package lxc
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -147,5 +149,38 @@ func TestNewRejectsRelativePath(t *testing.T) {
 		if _, err := New(Config{Path: p}); err == nil {
 			t.Errorf("New(Path %q) = nil error, want an error", p)
 		}
+	}
+}
+
+// TestCopyContainerConfig: a copy's config names its own rootfs and
+// name, and no log file: the image store's copies had kept the log
+// file of the agent that built them, and agents using them wrote into
+// that long-gone agent's folder.
+func TestCopyContainerConfig(t *testing.T) {
+	t.Parallel()
+	src, dst := filepath.Join(t.TempDir(), "built"), filepath.Join(t.TempDir(), "copy")
+	if err := os.MkdirAll(filepath.Join(src, "rootfs", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "rootfs", "etc", "hostname"), []byte("built\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "lxc.net.0.type = veth\nlxc.log.file = /tmp/gone-agent/lxc/.images/built.log\nlxc.rootfs.path = dir:" + src + "/rootfs\nlxc.uts.name = built\nlxc.arch = amd64\n"
+	if err := os.WriteFile(filepath.Join(src, "config"), []byte(cfg), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyContainer(src, dst, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dst, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "lxc.net.0.type = veth\nlxc.rootfs.path = dir:" + dst + "/rootfs\nlxc.uts.name = copy\nlxc.arch = amd64\n"
+	if string(got) != want {
+		t.Errorf("the copy's config:\n%s\nwant:\n%s", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "rootfs", "etc", "hostname")); err != nil || string(b) != "built\n" {
+		t.Errorf("the copy's rootfs: %q, %v", b, err)
 	}
 }
