@@ -77,8 +77,18 @@ proto: ## regenerate Go code from proto/
 	  --connect-go_out=. --connect-go_opt=module=corpus \
 	  $$(find proto -name '*.proto')
 
-proto-check: proto ## fail when the committed generated code is stale
-	@git diff --exit-code -- proto || (echo "generated code in proto/ is stale: run make proto and commit"; exit 1)
+# Like ui-check, it generates into a folder of its own and compares:
+# protoc rewriting the tree's files in place could hand a Go build
+# running meanwhile a file half written.
+proto-check: ## fail when the committed generated code is stale
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	  PATH="$(TOOLS):$$PATH" protoc -I proto -I /usr/include \
+	    --go_out="$$out" --go_opt=module=corpus \
+	    --connect-go_out="$$out" --connect-go_opt=module=corpus \
+	    $$(find proto -name '*.proto') && \
+	  (cd "$$out" && find . -type f) | while read -r f; do cmp -s "$$out/$$f" "$$f" || { echo "differs: $$f"; exit 1; }; done && \
+	  [ -z "$$(git status --porcelain -- proto)" ] || \
+	  (echo "generated code in proto/ is stale: run make proto and commit"; exit 1)
 
 # The command reference: a Markdown page per command, from the command
 # tree itself (corpus docs markdown), committed so the docs site links it.
@@ -96,8 +106,13 @@ docs-check: docs ## fail when the committed command reference is stale
 ui: ## rebuild the web dashboard (web/ -> coordinator/ui/dist)
 	cd web && npm ci --no-audit --no-fund --loglevel=error && node build.mjs
 
-ui-check: ui ## fail when the committed dashboard build is stale
-	@git diff --exit-code -- coordinator/ui/dist && [ -z "$$(git status --porcelain -- coordinator/ui/dist)" ] || \
+# The check builds into a folder of its own and compares: rebuilding dist
+# in place would leave it empty for a moment, and a Go build embedding it
+# meanwhile (test/run's groups start before it) fails.
+ui-check: ## fail when the committed dashboard build is stale
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	  (cd web && npm ci --no-audit --no-fund --loglevel=error && UI_OUT="$$out" node build.mjs) && \
+	  diff -r "$$out" coordinator/ui/dist && [ -z "$$(git status --porcelain -- coordinator/ui/dist)" ] || \
 	  (echo "the dashboard build in coordinator/ui/dist is stale: run make ui and commit"; exit 1)
 
 # The pictures of docs/dashboard.md, taken by the dashboard's browser

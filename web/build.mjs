@@ -1,11 +1,13 @@
-// Builds the dashboard into coordinator/ui/dist: index.html, app.js, app.css.
+// Builds the dashboard into coordinator/ui/dist: index.html, app.js, app.css
+// (or into the folder UI_OUT names: make ui-check builds beside the tree,
+// never in it, as Go builds may be embedding dist meanwhile).
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const out = join(here, '..', 'coordinator', 'ui', 'dist');
+const out = process.env.UI_OUT || join(here, '..', 'coordinator', 'ui', 'dist');
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
