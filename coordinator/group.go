@@ -415,10 +415,14 @@ func (s *Server) formGroup(ctx context.Context) {
 				warned = true
 			}
 		case len(peers) >= s.cfg.BootstrapExpect:
+			// Formed or not (a replica that voted in a peer's election
+			// can no longer bootstrap, yet has no configuration until
+			// the leader sends it), the token is taken at the top once
+			// the configuration is known.
 			if err := s.bootstrapGroup(peers); err != nil {
 				s.logger.Error("bootstrapping the group", "error", err)
-			} else {
-				return
+			} else if s.inGroup() {
+				continue
 			}
 		}
 		select {
@@ -442,7 +446,7 @@ func (s *Server) bootstrapGroup(peers map[string]*corpusv1.PeerResponse) error {
 	if err := s.replica.raft.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return err
 	}
-	return s.takeToken()
+	return nil
 }
 
 // takeToken creates the operator token when this replica is the group's

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"corpus/coordinator"
 	"corpus/coordinator/api"
@@ -105,7 +106,10 @@ func startGroupNamed(t *testing.T, prefix string, n int, opts ...func(*coordinat
 	}
 	base := t.TempDir()
 	rs.ca = groupCA(t, filepath.Join(base, "ca"))
-	for id := range rs.api {
+	// The token holder (the lowest id) starts last: its first look finds
+	// the others up and not yet in a group.
+	for i := n; i >= 1; i-- {
+		id := fmt.Sprintf("%s%d", prefix, i)
 		var join []string
 		for other, a := range rs.api {
 			if other != id {
@@ -191,6 +195,39 @@ func (rs *replicaSet) leader() string {
 }
 
 func (rs *replicaSet) ops(id string) clients { return rs.reps[id].clients(rs.token) }
+
+// TestTokenHolderThatVotedFirst: the replica with the lowest id voted in a
+// peer's election before it could bootstrap (it holds a term but no log),
+// so the group forms without it; it still takes the operator token once
+// the leader sends it the configuration, and the cluster bootstraps. CI
+// saw this order under load: the group led on, with no config, for good.
+func TestTokenHolderThatVotedFirst(t *testing.T) {
+	t.Parallel()
+	voted := func(c *coordinator.Config) {
+		if c.ReplicaID != "voted1" {
+			return
+		}
+		dir := filepath.Join(c.DataDir, "raft")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		logs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logs.Close()
+		// hashicorp/raft keeps the replica's term under this key.
+		if err := logs.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := startGroupNamed(t, "voted", 3, voted)
+	if _, err := rs.ops(rs.leader()).guests.CreateGuest(context.Background(), connect.NewRequest(&corpusv1.CreateGuestRequest{
+		Name: "after", Spec: &corpusv1.GuestSpec{Image: "busybox"},
+	})); err != nil {
+		t.Fatalf("CreateGuest with the token of voted1 = %v", err)
+	}
+}
 
 // TestGroup: three replicas form a group by themselves; any replica takes
 // writes (followers pass them to the leader) and answers reads; the group
