@@ -102,6 +102,9 @@ const (
 	// NodeOrphans keeps, per node, the guests it runs that the cluster
 	// does not know (after a restore from a snapshot).
 	NodeOrphans Feature = "node-orphans"
+	// BatchedEntries carries several writes in one Raft entry (group
+	// commit); until every voter applies them, one entry a write.
+	BatchedEntries Feature = "batched-entries"
 )
 
 type feature struct {
@@ -114,6 +117,7 @@ var features = map[Feature]feature{
 	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
 	GuestIDRanges:  {since: Version{0, 1}},
 	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
+	BatchedEntries: {since: Version{0, 2}, entries: []string{"batch"}},
 }
 
 var entryFeatures = func() map[string]Feature {

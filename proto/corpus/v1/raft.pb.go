@@ -113,6 +113,7 @@ type Command struct {
 	//	*Command_DeleteExtension
 	//	*Command_SetClusterVersion
 	//	*Command_ReportOrphans
+	//	*Command_Batch
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -793,6 +794,15 @@ func (x *Command) GetReportOrphans() *ReportOrphans {
 	return nil
 }
 
+func (x *Command) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1065,6 +1075,10 @@ type Command_ReportOrphans struct {
 	ReportOrphans *ReportOrphans `protobuf:"bytes,230,opt,name=report_orphans,json=reportOrphans,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *Batch `protobuf:"bytes,231,opt,name=batch,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1199,6 +1213,8 @@ func (*Command_SetClusterVersion) isCommand_Cmd() {}
 
 func (*Command_ReportOrphans) isCommand_Cmd() {}
 
+func (*Command_Batch) isCommand_Cmd() {}
+
 // ReportOrphans replaces the orphans of a node (Node.orphans), as its
 // agent reports them. Since v0.2.
 type ReportOrphans struct {
@@ -1253,6 +1269,57 @@ func (x *ReportOrphans) GetOrphans() []*OrphanGuest {
 	return nil
 }
 
+// Batch is several commands in one Raft entry (group commit): the leader
+// gathers the writes that arrive while an entry is being committed. They
+// apply in order, each as if it were an entry of its own (its own stamp,
+// actor, answer and business error; one refused command leaves the others
+// standing), all at the entry's index. Proposed only once the cluster
+// version allows it (v0.2).
+type Batch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// commands never hold a Batch.
+	Commands      []*Command `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Batch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
 // before it runs), a rollback a user asked for. Proposed ignorable, so a
@@ -1268,7 +1335,7 @@ type RecordAudit struct {
 
 func (x *RecordAudit) Reset() {
 	*x = RecordAudit{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1347,7 @@ func (x *RecordAudit) String() string {
 func (*RecordAudit) ProtoMessage() {}
 
 func (x *RecordAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[2]
+	mi := &file_corpus_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1360,7 @@ func (x *RecordAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAudit.ProtoReflect.Descriptor instead.
 func (*RecordAudit) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RecordAudit) GetAction() string {
@@ -1326,7 +1393,7 @@ type BootstrapCluster struct {
 
 func (x *BootstrapCluster) Reset() {
 	*x = BootstrapCluster{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1405,7 @@ func (x *BootstrapCluster) String() string {
 func (*BootstrapCluster) ProtoMessage() {}
 
 func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[3]
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1418,7 @@ func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapCluster.ProtoReflect.Descriptor instead.
 func (*BootstrapCluster) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BootstrapCluster) GetConfig() *ClusterConfig {
@@ -1370,7 +1437,7 @@ type CreateJoinToken struct {
 
 func (x *CreateJoinToken) Reset() {
 	*x = CreateJoinToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1449,7 @@ func (x *CreateJoinToken) String() string {
 func (*CreateJoinToken) ProtoMessage() {}
 
 func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1462,7 @@ func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinToken.ProtoReflect.Descriptor instead.
 func (*CreateJoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateJoinToken) GetToken() *JoinToken {
@@ -1417,7 +1484,7 @@ type EnrollNode struct {
 
 func (x *EnrollNode) Reset() {
 	*x = EnrollNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1496,7 @@ func (x *EnrollNode) String() string {
 func (*EnrollNode) ProtoMessage() {}
 
 func (x *EnrollNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1509,7 @@ func (x *EnrollNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollNode.ProtoReflect.Descriptor instead.
 func (*EnrollNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnrollNode) GetTokenId() string {
@@ -1479,7 +1546,7 @@ type RenewNodeCertificate struct {
 
 func (x *RenewNodeCertificate) Reset() {
 	*x = RenewNodeCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1558,7 @@ func (x *RenewNodeCertificate) String() string {
 func (*RenewNodeCertificate) ProtoMessage() {}
 
 func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1571,7 @@ func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeCertificate.ProtoReflect.Descriptor instead.
 func (*RenewNodeCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewNodeCertificate) GetNodeId() string {
@@ -1547,7 +1614,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1626,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1639,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -1655,7 +1722,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1734,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1747,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1706,7 +1773,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1785,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1798,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1755,7 +1822,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1834,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1847,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -1819,7 +1886,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1898,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1911,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -1891,7 +1958,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1970,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1983,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -1941,7 +2008,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2020,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2033,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -2001,7 +2068,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2080,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2093,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -2054,7 +2121,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2133,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2146,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -2106,7 +2173,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2185,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2198,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -2150,7 +2217,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2229,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2242,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -2197,7 +2264,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2276,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2289,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -2255,7 +2322,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2334,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2347,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -2299,7 +2366,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2378,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2391,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -2344,7 +2411,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2423,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2436,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2390,7 +2457,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2469,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2482,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -2444,7 +2511,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2523,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2536,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -2499,7 +2566,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2578,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2591,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -2559,7 +2626,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2638,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2651,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -2610,7 +2677,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2689,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2702,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2666,7 +2733,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2745,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2758,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -2738,7 +2805,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2817,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2830,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2784,7 +2851,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2863,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2876,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2836,7 +2903,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2915,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2928,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -2896,7 +2963,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2975,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +2988,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -2982,7 +3049,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3061,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3074,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -3043,7 +3110,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3122,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3135,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GrantProject) GetName() string {
@@ -3104,7 +3171,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3183,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3196,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -3156,7 +3223,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3235,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3248,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -3247,7 +3314,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3326,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3339,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -3316,7 +3383,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3395,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3408,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -3389,7 +3456,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3468,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3481,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -3462,7 +3529,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3541,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3554,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -3507,7 +3574,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3586,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3599,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -3552,7 +3619,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3631,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3644,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -3597,7 +3664,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3676,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3689,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -3642,7 +3709,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +3721,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +3734,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3719,7 +3786,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3798,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3811,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3927,7 +3994,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4006,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4019,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetClusterVersion) GetVersion() string {
@@ -3975,7 +4042,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4054,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4067,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -4026,7 +4093,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4105,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4118,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -4075,7 +4142,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4154,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4167,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4148,7 +4215,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4227,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4240,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4229,7 +4296,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4308,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4321,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4329,7 +4396,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4408,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4421,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4417,7 +4484,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4496,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4509,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4529,7 +4596,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4608,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4621,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4600,7 +4667,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4679,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4692,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4686,7 +4753,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4765,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4778,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4793,7 +4860,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +4872,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +4885,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4854,7 +4921,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +4933,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +4946,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -4910,7 +4977,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +4989,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5002,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -4973,7 +5040,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5052,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5065,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LinkService) GetService() string {
@@ -5034,7 +5101,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5113,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5126,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5095,7 +5162,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5174,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5187,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5155,7 +5222,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5234,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5247,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5207,7 +5274,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5219,7 +5286,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5232,7 +5299,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5256,7 +5323,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5335,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5348,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5329,7 +5396,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5341,7 +5408,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5354,7 +5421,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5382,7 +5449,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5461,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5474,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5443,7 +5510,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5455,7 +5522,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5468,7 +5535,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5512,7 +5579,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5591,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5604,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5569,7 +5636,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5581,7 +5648,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5594,7 +5661,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5620,7 +5687,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5632,7 +5699,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5645,7 +5712,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5668,7 +5735,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5680,7 +5747,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5693,7 +5760,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5728,7 +5795,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\x9f$\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xca$\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5815,11 +5882,14 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\rput_extension\x18\xd1\x01 \x01(\v2\x17.corpus.v1.PutExtensionH\x00R\fputExtension\x12H\n" +
 	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtension\x12O\n" +
 	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12B\n" +
-	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphansB\x05\n" +
+	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphans\x12)\n" +
+	"\x05batch\x18\xe7\x01 \x01(\v2\x10.corpus.v1.BatchH\x00R\x05batchB\x05\n" +
 	"\x03cmd\"Z\n" +
 	"\rReportOrphans\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
-	"\aorphans\x18\x02 \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"U\n" +
+	"\aorphans\x18\x02 \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"7\n" +
+	"\x05Batch\x12.\n" +
+	"\bcommands\x18\x01 \x03(\v2\x12.corpus.v1.CommandR\bcommands\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
@@ -6179,264 +6249,267 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*ReportOrphans)(nil),         // 1: corpus.v1.ReportOrphans
-	(*RecordAudit)(nil),           // 2: corpus.v1.RecordAudit
-	(*BootstrapCluster)(nil),      // 3: corpus.v1.BootstrapCluster
-	(*CreateJoinToken)(nil),       // 4: corpus.v1.CreateJoinToken
-	(*EnrollNode)(nil),            // 5: corpus.v1.EnrollNode
-	(*RenewNodeCertificate)(nil),  // 6: corpus.v1.RenewNodeCertificate
-	(*UpdateNode)(nil),            // 7: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 8: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 9: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 10: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 11: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 12: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 13: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 14: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 15: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 16: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 17: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 18: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 19: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 20: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 21: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 22: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 23: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 24: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 25: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 26: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 27: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 28: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 29: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 30: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 31: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 32: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 33: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 34: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 35: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 36: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 37: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 38: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 39: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 40: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 41: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 42: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 43: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 44: corpus.v1.Snapshot
-	(*SetClusterVersion)(nil),     // 45: corpus.v1.SetClusterVersion
-	(*PutExtension)(nil),          // 46: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 47: corpus.v1.DeleteExtension
-	(*SetConfig)(nil),             // 48: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 49: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 50: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 51: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 52: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 53: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 54: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 55: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 56: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 57: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 58: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 59: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 60: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 61: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 62: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 63: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 64: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 65: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 66: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 67: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 68: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 69: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 70: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 71: corpus.v1.SetRouteTls
-	nil,                           // 72: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 73: corpus.v1.SetConfig.SetEntry
-	nil,                           // 74: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 75: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 76: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 77: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 78: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 79: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 80: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 81: corpus.v1.JoinToken
-	(*Node)(nil),                  // 82: corpus.v1.Node
-	(*Resources)(nil),             // 83: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 84: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 85: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 86: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 87: corpus.v1.Route
-	(*DnsRecord)(nil),             // 88: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 89: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 90: corpus.v1.User
-	(*UserToken)(nil),             // 91: corpus.v1.UserToken
-	(*SshKey)(nil),                // 92: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 93: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 94: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 95: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 96: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 97: corpus.v1.Coordinator
-	(*Volume)(nil),                // 98: corpus.v1.Volume
-	(*Project)(nil),               // 99: corpus.v1.Project
-	(*AuditEntry)(nil),            // 100: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 101: corpus.v1.Keyring
-	(*Service)(nil),               // 102: corpus.v1.Service
-	(*Backup)(nil),                // 103: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 104: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 105: corpus.v1.Certificate
-	(*Extension)(nil),             // 106: corpus.v1.Extension
-	(*AutoscalePolicy)(nil),       // 107: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 108: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 109: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 110: corpus.v1.ReportedService
+	(*Batch)(nil),                 // 2: corpus.v1.Batch
+	(*RecordAudit)(nil),           // 3: corpus.v1.RecordAudit
+	(*BootstrapCluster)(nil),      // 4: corpus.v1.BootstrapCluster
+	(*CreateJoinToken)(nil),       // 5: corpus.v1.CreateJoinToken
+	(*EnrollNode)(nil),            // 6: corpus.v1.EnrollNode
+	(*RenewNodeCertificate)(nil),  // 7: corpus.v1.RenewNodeCertificate
+	(*UpdateNode)(nil),            // 8: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 9: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 10: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 11: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 12: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 13: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 14: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 15: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 16: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 17: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 18: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 19: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 20: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 21: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 22: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 23: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 24: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 25: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 26: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 27: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 28: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 29: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 30: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 31: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 32: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 33: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 34: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 35: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 36: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 37: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 38: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 39: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 40: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 41: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 42: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 43: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 44: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 45: corpus.v1.Snapshot
+	(*SetClusterVersion)(nil),     // 46: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 47: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 48: corpus.v1.DeleteExtension
+	(*SetConfig)(nil),             // 49: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 50: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 51: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 52: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 53: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 54: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 55: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 56: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 57: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 58: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 59: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 60: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 61: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 62: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 63: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 64: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 65: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 66: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 67: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 68: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 69: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 70: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 71: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 72: corpus.v1.SetRouteTls
+	nil,                           // 73: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 74: corpus.v1.SetConfig.SetEntry
+	nil,                           // 75: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 76: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 77: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 78: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 79: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 80: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 81: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 82: corpus.v1.JoinToken
+	(*Node)(nil),                  // 83: corpus.v1.Node
+	(*Resources)(nil),             // 84: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 85: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 86: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 87: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 88: corpus.v1.Route
+	(*DnsRecord)(nil),             // 89: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 90: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 91: corpus.v1.User
+	(*UserToken)(nil),             // 92: corpus.v1.UserToken
+	(*SshKey)(nil),                // 93: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 94: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 95: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 96: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 97: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 98: corpus.v1.Coordinator
+	(*Volume)(nil),                // 99: corpus.v1.Volume
+	(*Project)(nil),               // 100: corpus.v1.Project
+	(*AuditEntry)(nil),            // 101: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 102: corpus.v1.Keyring
+	(*Service)(nil),               // 103: corpus.v1.Service
+	(*Backup)(nil),                // 104: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 105: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 106: corpus.v1.Certificate
+	(*Extension)(nil),             // 107: corpus.v1.Extension
+	(*AutoscalePolicy)(nil),       // 108: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 109: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 110: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 111: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	78,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
-	3,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
-	4,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
-	5,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	7,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	9,   // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	10,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	11,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	15,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	8,   // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	16,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	17,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	18,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	19,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	20,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	21,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	25,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	22,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	23,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	26,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	28,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	29,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	30,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	31,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	32,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	33,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	34,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	35,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	36,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	37,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	38,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	39,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	40,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	41,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	42,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	43,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	12,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	13,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	6,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	27,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	56,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
-	2,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	48,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	49,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	51,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	57,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	58,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	59,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	60,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	61,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	62,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	63,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	64,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	65,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	67,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	66,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	68,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	69,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	70,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	71,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	52,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	54,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	53,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	55,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	46,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	47,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	45,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	79,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	4,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
+	5,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
+	6,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
+	8,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	10,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	11,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	12,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	16,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	9,   // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	17,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	18,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	19,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	20,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	21,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	22,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	26,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	23,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	24,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	27,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	29,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	30,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	31,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	32,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	33,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	34,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	35,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	36,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	37,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	38,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	39,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	40,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	41,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	42,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	43,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	44,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	13,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	14,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	7,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	28,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	57,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	3,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
+	49,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	50,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	52,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	58,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	59,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	60,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	61,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	62,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	63,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	64,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	65,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	66,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	68,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	67,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	69,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	70,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	71,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	72,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	53,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	55,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	54,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	56,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	47,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	48,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	46,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
 	1,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
-	79,  // 68: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	80,  // 69: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	81,  // 70: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	82,  // 71: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	78,  // 72: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	83,  // 73: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	84,  // 74: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	72,  // 75: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	85,  // 76: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	11,  // 77: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	86,  // 78: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	14,  // 79: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	87,  // 80: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	88,  // 81: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	89,  // 82: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	24,  // 83: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	90,  // 84: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	91,  // 85: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	92,  // 86: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	93,  // 87: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	85,  // 88: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	87,  // 89: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	94,  // 90: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	95,  // 91: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	96,  // 92: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	87,  // 93: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	97,  // 94: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	91,  // 95: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	80,  // 96: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	82,  // 97: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	85,  // 98: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	81,  // 99: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	87,  // 100: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	88,  // 101: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	98,  // 102: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	90,  // 103: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	99,  // 104: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	95,  // 105: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	97,  // 106: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	100, // 107: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	91,  // 108: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	101, // 109: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	102, // 110: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	103, // 111: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	104, // 112: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	105, // 113: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	106, // 114: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	78,  // 115: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	106, // 116: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	73,  // 117: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	101, // 118: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	50,  // 119: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	50,  // 120: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	74,  // 121: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	75,  // 122: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	85,  // 123: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	107, // 124: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	76,  // 125: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	78,  // 126: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	108, // 127: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	94,  // 128: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	102, // 129: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	85,  // 130: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	109, // 131: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	77,  // 132: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	110, // 133: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	103, // 134: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	85,  // 135: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	104, // 136: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	105, // 137: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	138, // [138:138] is the sub-list for method output_type
-	138, // [138:138] is the sub-list for method input_type
-	138, // [138:138] is the sub-list for extension type_name
-	138, // [138:138] is the sub-list for extension extendee
-	0,   // [0:138] is the sub-list for field type_name
+	2,   // 68: corpus.v1.Command.batch:type_name -> corpus.v1.Batch
+	80,  // 69: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	0,   // 70: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
+	81,  // 71: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	82,  // 72: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	83,  // 73: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	79,  // 74: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	84,  // 75: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	85,  // 76: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	73,  // 77: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	86,  // 78: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	12,  // 79: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	87,  // 80: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	15,  // 81: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	88,  // 82: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	89,  // 83: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	90,  // 84: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	25,  // 85: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	91,  // 86: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	92,  // 87: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	93,  // 88: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	94,  // 89: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	86,  // 90: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	88,  // 91: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	95,  // 92: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	96,  // 93: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	97,  // 94: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	88,  // 95: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	98,  // 96: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	92,  // 97: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	81,  // 98: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	83,  // 99: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	86,  // 100: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	82,  // 101: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	88,  // 102: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	89,  // 103: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	99,  // 104: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	91,  // 105: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	100, // 106: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	96,  // 107: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	98,  // 108: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	101, // 109: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	92,  // 110: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	102, // 111: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	103, // 112: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	104, // 113: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	105, // 114: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	106, // 115: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	107, // 116: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	79,  // 117: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	107, // 118: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	74,  // 119: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	102, // 120: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	51,  // 121: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	51,  // 122: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	75,  // 123: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	76,  // 124: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	86,  // 125: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	108, // 126: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	77,  // 127: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	79,  // 128: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	109, // 129: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	95,  // 130: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	103, // 131: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	86,  // 132: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	110, // 133: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	78,  // 134: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	111, // 135: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	104, // 136: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	86,  // 137: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	105, // 138: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	106, // 139: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	140, // [140:140] is the sub-list for method output_type
+	140, // [140:140] is the sub-list for method input_type
+	140, // [140:140] is the sub-list for extension type_name
+	140, // [140:140] is the sub-list for extension extendee
+	0,   // [0:140] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6515,6 +6588,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_DeleteExtension)(nil),
 		(*Command_SetClusterVersion)(nil),
 		(*Command_ReportOrphans)(nil),
+		(*Command_Batch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6522,7 +6596,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   78,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
