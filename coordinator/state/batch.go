@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -24,9 +22,6 @@ func EncodeBatch(cmds []*corpusv1.Command, now time.Time) ([]byte, error) {
 func BatchCommand(cmds []*corpusv1.Command) *corpusv1.Command {
 	return &corpusv1.Command{Cmd: &corpusv1.Command_Batch{Batch: &corpusv1.Batch{Commands: cmds}}}
 }
-
-// EncodedSize is what cmd adds to a batch entry once encoded.
-func EncodedSize(cmd *corpusv1.Command) int { return proto.Size(cmd) }
 
 // applyBatch applies the commands of the batch entry cmd at index in
 // order, each in a transaction of its own: a business error refuses
