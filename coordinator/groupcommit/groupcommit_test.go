@@ -25,7 +25,7 @@ import (
 // and all, as a coordinator has them) electing itself, with the real
 // state machine and a committer over it.
 type group struct {
-	t      *testing.T
+	t      testing.TB
 	raft   *raft.Raft
 	logs   *raftboltdb.BoltStore
 	store  *state.Store
@@ -34,7 +34,7 @@ type group struct {
 
 // newGroup starts a replica whose cluster version is version, its
 // committer bounded by maxCommands and maxBytes (0: the defaults).
-func newGroup(t *testing.T, version string, maxCommands, maxBytes int) *group {
+func newGroup(t testing.TB, version string, maxCommands, maxBytes int) *group {
 	t.Helper()
 	dir := t.TempDir()
 	logs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
