@@ -1,15 +1,19 @@
 // Package groupcommit gathers the writes a leader proposes at the same
 // time into one Raft entry, as etcd batches proposals. A write proposed
-// while no entry is being committed goes out at once, alone, as a plain
-// entry: no timer, no added latency. Writes proposed while an entry is
-// being committed wait for it and then leave together, as one batch
-// entry (state.EncodeBatch) of at most MaxCommands commands and
-// MaxBytes bytes. Each write gets its own answer: the state machine
-// applies a batch's commands in order, each with its own business error,
-// and a write is answered once its entry is applied on this replica.
+// while fewer than MaxInFlight entries are being committed goes out at
+// once, alone, as a plain entry: no timer, no added latency. Writes
+// proposed while MaxInFlight entries are being committed wait for the
+// first of them and then leave together, as one batch entry
+// (state.EncodeBatch) of at most MaxCommands commands and MaxBytes
+// bytes. Entries in flight overlap: the leader writes one to its log
+// while the followers write the one before to theirs. Each write gets
+// its own answer: the state machine applies a batch's commands in
+// order, each with its own business error, and a write is answered once
+// its entry is applied on this replica.
 //
-//	propose ──▶ queue ──▶ loop: take all queued ──▶ raft.Apply ──▶ wait applied ──▶ answer each
-//	                         (up to the bounds)       one entry       (the queue fills meanwhile)
+//	propose ──▶ queue ──▶ run: room in flight? ──▶ take all queued ──▶ raft.Apply ──▶ flights
+//	                      (the queue fills meanwhile)  (up to the bounds)   one entry      │
+//	answer each ◀── answers: wait applied, in Raft's order ◀────────────────────────────────┘
 //
 // A group whose cluster version does not allow batch entries
 // (compat.BatchedEntries) gets one entry a write, as before.
@@ -37,6 +41,13 @@ const (
 	DefaultMaxBytes    = 1 << 20
 )
 
+// DefaultMaxInFlight entries may be in Raft at once: while the followers
+// write one to their logs, the leader writes the next to its own, and
+// the one after gathers the writes that arrive meanwhile. One alone
+// would leave the leader's disk idle during every round trip and the
+// followers' during every leader's write.
+const DefaultMaxInFlight = 4
+
 // applyTimeout bounds how long an entry may wait to be taken by Raft
 // (not how long it takes to commit: once taken, it commits or fails as
 // Raft decides).
@@ -57,15 +68,22 @@ type Config struct {
 	Clock clock.Clock
 	// MaxCommands and MaxBytes bound one batch entry (0: the defaults).
 	MaxCommands, MaxBytes int
+	// MaxInFlight bounds the entries handed to Raft and not yet applied
+	// (0: DefaultMaxInFlight).
+	MaxInFlight int
 	// Metrics receives the batch sizes (nil: not exported).
 	Metrics prometheus.Registerer
 }
 
 // Committer proposes commands through Raft, gathering concurrent ones.
 type Committer struct {
-	cfg     Config
-	clock   clock.Clock
-	queue   chan *proposal
+	cfg   Config
+	clock clock.Clock
+	queue chan *proposal
+	// slots holds a token for each entry in flight: handed to Raft and
+	// not answered yet; flights are those entries, in Raft's order.
+	slots   chan struct{}
+	flights chan *flight
 	stop    chan struct{}
 	stopped chan struct{}
 	sizes   prometheus.Histogram
@@ -92,15 +110,20 @@ func New(cfg Config) *Committer {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	c := &Committer{
 		cfg:     cfg,
 		clock:   clock.Or(cfg.Clock),
 		queue:   make(chan *proposal, 4*cfg.MaxCommands),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+		flights: make(chan *flight, cfg.MaxInFlight),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		sizes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: metrics.Namespace, Subsystem: "raft", Name: "entry_commands",
-			Help:    "Commands carried by each Raft entry the leader proposed (more than one: a batch entry of writes that arrived while the entry before was being committed).",
+			Help:    "Commands carried by each Raft entry the leader proposed (more than one: a batch entry of writes that arrived while the entries in flight filled every slot).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
 	}
@@ -108,6 +131,7 @@ func New(cfg Config) *Committer {
 		cfg.Metrics.MustRegister(c.sizes)
 	}
 	go c.run()
+	go c.answers()
 	return c
 }
 
@@ -151,8 +175,10 @@ func (c *Committer) Close() {
 	<-c.stopped
 }
 
+// run gathers the queued writes into entries and hands them to Raft,
+// up to MaxInFlight entries not yet applied; answers answers them.
 func (c *Committer) run() {
-	defer close(c.stopped)
+	defer close(c.flights)
 	var next *proposal // the one that did not fit in the last batch
 	for {
 		select {
@@ -169,6 +195,13 @@ func (c *Committer) run() {
 				return
 			}
 		}
+		// Wait for room in flight; writes queue meanwhile and leave
+		// together in the next entry.
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.stop:
+			return
+		}
 		batch, size := []*proposal{first}, len(first.data)
 	gather:
 		for len(batch) < c.cfg.MaxCommands {
@@ -183,12 +216,37 @@ func (c *Committer) run() {
 				break gather
 			}
 		}
-		c.commit(batch)
+		if fl := c.propose(batch); fl != nil {
+			c.flights <- fl
+		} else {
+			<-c.slots
+		}
 	}
 }
 
-// commit proposes batch and answers each of its writes once applied.
-func (c *Committer) commit(batch []*proposal) {
+// answers answers the entries in flight in the order Raft took them,
+// which is the order it applies them, each once applied.
+func (c *Committer) answers() {
+	defer close(c.stopped)
+	for fl := range c.flights {
+		fl.answer()
+		<-c.slots
+	}
+}
+
+// flight is an entry (or, in a group without batch entries, the entries
+// of a gathering) handed to Raft and not answered yet.
+type flight struct {
+	props   []*proposal
+	futures []raft.ApplyFuture
+	// batch: futures holds one batch entry whose answer is one result a
+	// proposal; otherwise one plain entry a proposal.
+	batch bool
+}
+
+// propose hands batch to Raft and returns what to answer once it is
+// applied; nil when nothing was handed over.
+func (c *Committer) propose(batch []*proposal) *flight {
 	// A write whose caller gave up before it was taken is not taken.
 	live := batch[:0]
 	for _, p := range batch {
@@ -198,56 +256,61 @@ func (c *Committer) commit(batch []*proposal) {
 		}
 		live = append(live, p)
 	}
-	switch {
-	case len(live) == 0:
-	case len(live) == 1:
-		c.sizes.Observe(1)
-		f := c.cfg.Raft.Apply(live[0].data, applyTimeout)
-		live[0].answer <- single(f)
-	case !c.batches():
-		// One entry a write, as a group that cannot apply batches needs;
-		// Raft still writes and sends the entries together.
-		futures := make([]raft.ApplyFuture, len(live))
-		for i, p := range live {
+	if len(live) == 0 {
+		return nil
+	}
+	if len(live) == 1 || !c.batches() {
+		// One entry a write: a lone write, or a group that cannot apply
+		// batches; Raft still writes and sends the entries together.
+		fl := &flight{props: live}
+		for _, p := range live {
 			c.sizes.Observe(1)
-			futures[i] = c.cfg.Raft.Apply(p.data, applyTimeout)
+			fl.futures = append(fl.futures, c.cfg.Raft.Apply(p.data, applyTimeout))
 		}
-		for i, p := range live {
-			p.answer <- single(futures[i])
+		return fl
+	}
+	cmds := make([]*corpusv1.Command, len(live))
+	for i, p := range live {
+		cmds[i] = p.cmd
+	}
+	data, err := state.EncodeBatch(cmds, c.clock.Now())
+	if err != nil {
+		for _, p := range live {
+			p.answer <- answer{err: fmt.Errorf("encoding a batch entry: %w", err)}
 		}
-	default:
-		cmds := make([]*corpusv1.Command, len(live))
-		for i, p := range live {
-			cmds[i] = p.cmd
+		return nil
+	}
+	c.sizes.Observe(float64(len(live)))
+	return &flight{props: live, futures: []raft.ApplyFuture{c.cfg.Raft.Apply(data, applyTimeout)}, batch: true}
+}
+
+// answer waits until fl is applied and answers each of its writes.
+func (fl *flight) answer() {
+	if !fl.batch {
+		for i, p := range fl.props {
+			p.answer <- single(fl.futures[i])
 		}
-		data, err := state.EncodeBatch(cmds, c.clock.Now())
-		if err != nil {
-			for _, p := range live {
-				p.answer <- answer{err: fmt.Errorf("encoding a batch entry: %w", err)}
-			}
-			return
+		return
+	}
+	f := fl.futures[0]
+	if err := f.Error(); err != nil {
+		for _, p := range fl.props {
+			p.answer <- answer{err: err}
 		}
-		c.sizes.Observe(float64(len(live)))
-		f := c.cfg.Raft.Apply(data, applyTimeout)
-		if err := f.Error(); err != nil {
-			for _, p := range live {
-				p.answer <- answer{err: err}
-			}
-			return
+		return
+	}
+	results, ok := f.Response().([]*state.Result)
+	if !ok || len(results) != len(fl.props) {
+		// The state machine answers a batch entry with one result a
+		// command; anything else is a bug, not a write to retry.
+		err := fmt.Errorf("state machine answered a batch entry of %d commands with %T", len(fl.props), f.Response())
+		for _, p := range fl.props {
+			p.answer <- answer{err: err}
 		}
-		results, ok := f.Response().([]*state.Result)
-		if !ok || len(results) != len(live) {
-			// The state machine answers a batch entry with one result a
-			// command; anything else is a bug, not a write to retry.
-			err := fmt.Errorf("state machine answered a batch entry of %d commands with %T", len(live), f.Response())
-			for _, p := range live {
-				p.answer <- answer{err: err}
-			}
-			return
-		}
-		for i, p := range live {
-			p.answer <- answer{res: results[i]}
-		}
+		return
+	}
+	for i, p := range fl.props {
+		p.answer <- answer{res: results[i]}
 	}
 }
 
