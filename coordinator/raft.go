@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/groupcommit"
 	"corpus/coordinator/state"
 	"corpus/internal/clock"
 	"corpus/internal/rpc"
@@ -32,6 +33,8 @@ type replica struct {
 	leaderCh  chan bool
 	logger    *slog.Logger
 	apply     prometheus.Histogram
+	// commit gathers concurrent proposals into batch entries.
+	commit *groupcommit.Committer
 	// clock stamps the entries this replica proposes as leader.
 	clock clock.Clock
 }
@@ -175,6 +178,12 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 		}
 	}
 	rep := &replica{raft: r, transport: transport, logs: logs, snaps: snaps, fsm: fsm, store: store, leaderCh: leaderCh, logger: cfg.Logger, apply: newApplyHistogram(), clock: clock.Or(cfg.Clock)}
+	rep.commit = groupcommit.New(groupcommit.Config{
+		Raft:    r,
+		Store:   store,
+		Clock:   rep.clock,
+		Metrics: cfg.Metrics,
+	})
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(newRaftCollector(rep), rep.apply)
 	}
@@ -188,6 +197,10 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	if r.raft.State() != raft.Leader {
 		return 0, r.notLeader()
 	}
+	if cmd.GetBatch() != nil {
+		// Batch entries are the committer's to make, of single writes.
+		return 0, api.Invalidf("a batch is not a write: propose its commands one by one")
+	}
 	// No entry some replica of the group could not apply: the cluster
 	// version only rises, so one allowed now stays allowed when it
 	// applies.
@@ -200,26 +213,20 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	}
 	// The context bounds how long the write may wait to be enqueued; once
 	// enqueued, a write commits or fails as Raft decides.
-	timeout := 10 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	if err := ctx.Err(); err != nil || timeout <= 0 {
+	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("proposing command: %w", context.DeadlineExceeded)
 	}
 	start := time.Now()
-	f := r.raft.Apply(data, timeout)
-	err = f.Error()
+	res, err := r.commit.Propose(ctx, cmd, data)
 	r.apply.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if aerr := r.refused(err); aerr != nil {
 			return 0, aerr
 		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return 0, err
+		}
 		return 0, fmt.Errorf("replicating command: %w", err)
-	}
-	res, ok := f.Response().(*state.Result)
-	if !ok {
-		return f.Index(), nil
 	}
 	return res.Index, res.Err
 }
@@ -276,6 +283,7 @@ func (r *replica) close() error {
 	// RPCs from peers parked on a consumer that has gone return at once
 	// instead of holding their senders until the transport's timeout.
 	shutdown := r.raft.Shutdown()
+	r.commit.Close()
 	r.transport.Close()
 	err := shutdown.Error()
 	if cerr := r.logs.Close(); err == nil {

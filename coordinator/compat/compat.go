@@ -111,6 +111,9 @@ const (
 	// SessionTokens revokes, with a token, the session tokens made with
 	// it (the dashboard's; derived in the state machine).
 	SessionTokens Feature = "session-tokens"
+	// BatchedEntries carries several writes in one Raft entry (group
+	// commit); until every voter applies them, one entry a write.
+	BatchedEntries Feature = "batched-entries"
 )
 
 type feature struct {
@@ -126,6 +129,7 @@ var features = map[Feature]feature{
 	ImageReleases:  {since: Version{0, 2}},
 	TokenLastUsed:  {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
 	SessionTokens:  {since: Version{0, 2}},
+	BatchedEntries: {since: Version{0, 2}, entries: []string{"batch"}},
 }
 
 var entryFeatures = func() map[string]Feature {

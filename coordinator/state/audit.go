@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -22,9 +23,21 @@ const MaxAudit = 10000
 // ActorSystem is the actor of the control plane's own writes.
 const ActorSystem = "system"
 
-// auditEntry describes cmd applied at index with result err.
-func auditEntry(cmd *corpusv1.Command, index uint64, err error) *corpusv1.AuditEntry {
-	e := &corpusv1.AuditEntry{Index: index, Time: cmd.Now, Actor: cmd.Actor, Result: "ok"}
+// audit records cmd, which changed nothing, in the audit log alone.
+func (f *FSM) audit(index uint64, position uint32, cmd *corpusv1.Command, now *timestamppb.Timestamp, err error, last bool) {
+	txn := f.store.Write()
+	a := applier{txn: txn, index: index, now: now}
+	a.put(statedb.TableAudit, auditEntry(cmd, index, position, err))
+	if last && index%100 == 0 {
+		a.trimAudit()
+	}
+	txn.Commit()
+}
+
+// auditEntry describes cmd, at position in the entry at index, applied
+// with result err.
+func auditEntry(cmd *corpusv1.Command, index uint64, position uint32, err error) *corpusv1.AuditEntry {
+	e := &corpusv1.AuditEntry{Index: index, Position: position, Time: cmd.Now, Actor: cmd.Actor, Result: "ok"}
 	if e.Actor == "" {
 		e.Actor = ActorSystem
 	}

@@ -161,11 +161,17 @@ func CheckLog(logs raft.LogStore) error {
 			continue
 		}
 		var cmd corpusv1.Command
-		if proto.Unmarshal(l.Data, &cmd) != nil || cmd.GetSetClusterVersion() == nil {
+		if proto.Unmarshal(l.Data, &cmd) != nil {
 			continue
 		}
-		if v, err := compat.Parse(cmd.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
-			return errors.New(compat.TooOld(v))
+		// A batch entry carries its commands inside.
+		for _, c := range append([]*corpusv1.Command{&cmd}, cmd.GetBatch().GetCommands()...) {
+			if c.GetSetClusterVersion() == nil {
+				continue
+			}
+			if v, err := compat.Parse(c.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
+				return errors.New(compat.TooOld(v))
+			}
 		}
 	}
 	return nil

@@ -56,9 +56,11 @@ func Encode(cmd *corpusv1.Command, now time.Time) ([]byte, error) {
 	return proto.Marshal(cmd)
 }
 
-// Apply applies one log entry. A corrupt entry or an unknown command that
-// is not marked ignorable is a bug or a version skew that must not be
-// papered over: it panics, stopping the replica loudly.
+// Apply applies one log entry and returns its *Result, or for a batch
+// entry a []*Result, one a command in the batch's order. A corrupt entry
+// or an unknown command that is not marked ignorable is a bug or a
+// version skew that must not be papered over: it panics, stopping the
+// replica loudly.
 func (f *FSM) Apply(l *raft.Log) any {
 	defer f.store.SetApplied(l.Index)
 	if l.Type != raft.LogCommand {
@@ -68,42 +70,56 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
 		panic(fmt.Sprintf("state: corrupt raft entry at index %d: %v", l.Index, err))
 	}
+	if b := cmd.GetBatch(); b != nil && cmd.Version <= CommandVersion {
+		return f.applyBatch(l.Index, &cmd, b)
+	}
+	res, _ := f.applyOne(l.Index, 0, &cmd, true)
+	return res
+}
+
+// applyOne applies cmd, the command at position in the entry at index,
+// in a transaction of its own, and reports whether it changed more than
+// the audit log. last: it is the entry's last command, whose transaction
+// records the entry's index (and trims the audit log every 100 entries).
+func (f *FSM) applyOne(index uint64, position uint32, cmd *corpusv1.Command, last bool) (*Result, bool) {
 	if cmd.Cmd == nil || cmd.Version > CommandVersion {
 		if cmd.Ignorable {
-			f.logger.Warn("skipping unknown ignorable command", "index", l.Index, "version", cmd.Version)
-			return &Result{Index: l.Index}
+			f.logger.Warn("skipping unknown ignorable command", "index", index, "version", cmd.Version)
+			return &Result{Index: index}, false
 		}
-		panic(unknownEntry(l.Index, &cmd))
+		panic(unknownEntry(index, cmd))
 	}
 	now := f.clusterTime(cmd.Now)
 	txn := f.store.Write()
 	defer txn.Abort()
-	a := applier{txn: txn, index: l.Index, now: now}
-	err := a.apply(&cmd)
+	a := applier{txn: txn, index: index, now: now}
+	err := a.apply(cmd)
 	_, auditOnly := cmd.Cmd.(*corpusv1.Command_RecordAudit)
 	if err != nil || auditOnly {
 		// Business error, or a record for the audit log alone: nothing
 		// changes but the audit log, not even the index row, so watchers
 		// of the state are not woken for nothing.
 		txn.Abort()
-		atxn := f.store.Write()
-		aa := applier{txn: atxn, index: l.Index, now: now}
-		aa.put(statedb.TableAudit, auditEntry(&cmd, l.Index, err))
-		if l.Index%100 == 0 {
-			aa.trimAudit()
-		}
-		atxn.Commit()
-		return &Result{Index: l.Index, Err: err}
+		f.audit(index, position, cmd, now, err, last)
+		return &Result{Index: index, Err: err}, false
 	}
-	a.put(statedb.TableAudit, auditEntry(&cmd, l.Index, nil))
-	if l.Index%100 == 0 {
-		a.trimAudit()
-	}
-	if err := txn.Insert(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: l.Index}); err != nil {
-		panic(fmt.Sprintf("state: writing index: %v", err))
+	a.put(statedb.TableAudit, auditEntry(cmd, index, position, nil))
+	if last {
+		a.entryApplied()
 	}
 	txn.Commit()
-	return &Result{Index: l.Index}
+	return &Result{Index: index}, true
+}
+
+// entryApplied ends the entry at a.index: the index row, which wakes
+// every watcher of the state, and the audit log's trim every 100 entries.
+func (a *applier) entryApplied() {
+	if a.index%100 == 0 {
+		a.trimAudit()
+	}
+	if err := a.txn.Insert(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: a.index}); err != nil {
+		panic(fmt.Sprintf("state: writing index: %v", err))
+	}
 }
 
 // clusterTime is the time an entry stamped by its leader at stamp

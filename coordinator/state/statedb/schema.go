@@ -128,7 +128,10 @@ func schema() *memdb.DBSchema {
 		TableAudit: {
 			Name: TableAudit,
 			Indexes: map[string]*memdb.IndexSchema{
-				"id": {Name: "id", Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+				// An entry's index, then the write's place in its batch.
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.UintFieldIndex{Field: "Index"}, &memdb.UintFieldIndex{Field: "Position"},
+				}}},
 			},
 		},
 		TableServices: {

@@ -114,6 +114,7 @@ type Command struct {
 	//	*Command_SetClusterVersion
 	//	*Command_ReportOrphans
 	//	*Command_TouchUserTokens
+	//	*Command_Batch
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -803,6 +804,15 @@ func (x *Command) GetTouchUserTokens() *TouchUserTokens {
 	return nil
 }
 
+func (x *Command) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1079,6 +1089,10 @@ type Command_TouchUserTokens struct {
 	TouchUserTokens *TouchUserTokens `protobuf:"bytes,231,opt,name=touch_user_tokens,json=touchUserTokens,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *Batch `protobuf:"bytes,232,opt,name=batch,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1214,6 +1228,8 @@ func (*Command_SetClusterVersion) isCommand_Cmd() {}
 func (*Command_ReportOrphans) isCommand_Cmd() {}
 
 func (*Command_TouchUserTokens) isCommand_Cmd() {}
+
+func (*Command_Batch) isCommand_Cmd() {}
 
 // TouchUserTokens records when (and from where) tokens were last used:
 // each replica coalesces its calls' uses in memory and proposes one of
@@ -1389,6 +1405,57 @@ func (x *ReportOrphans) GetOrphans() []*OrphanGuest {
 	return nil
 }
 
+// Batch is several commands in one Raft entry (group commit): the leader
+// gathers the writes that arrive while an entry is being committed. They
+// apply in order, each as if it were an entry of its own (its own stamp,
+// actor, answer and business error; one refused command leaves the others
+// standing), all at the entry's index. Proposed only once the cluster
+// version allows it (v0.2).
+type Batch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// commands never hold a Batch.
+	Commands      []*Command `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Batch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // RecordAudit leaves an audit entry and changes nothing else: a call the
 // API refused (permission or validation), an exec into a guest (recorded
 // before it runs), a rollback a user asked for. Proposed ignorable, so a
@@ -1404,7 +1471,7 @@ type RecordAudit struct {
 
 func (x *RecordAudit) Reset() {
 	*x = RecordAudit{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1483,7 @@ func (x *RecordAudit) String() string {
 func (*RecordAudit) ProtoMessage() {}
 
 func (x *RecordAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[4]
+	mi := &file_corpus_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1496,7 @@ func (x *RecordAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAudit.ProtoReflect.Descriptor instead.
 func (*RecordAudit) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RecordAudit) GetAction() string {
@@ -1462,7 +1529,7 @@ type BootstrapCluster struct {
 
 func (x *BootstrapCluster) Reset() {
 	*x = BootstrapCluster{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1541,7 @@ func (x *BootstrapCluster) String() string {
 func (*BootstrapCluster) ProtoMessage() {}
 
 func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[5]
+	mi := &file_corpus_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1554,7 @@ func (x *BootstrapCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootstrapCluster.ProtoReflect.Descriptor instead.
 func (*BootstrapCluster) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BootstrapCluster) GetConfig() *ClusterConfig {
@@ -1506,7 +1573,7 @@ type CreateJoinToken struct {
 
 func (x *CreateJoinToken) Reset() {
 	*x = CreateJoinToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1585,7 @@ func (x *CreateJoinToken) String() string {
 func (*CreateJoinToken) ProtoMessage() {}
 
 func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[6]
+	mi := &file_corpus_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1598,7 @@ func (x *CreateJoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinToken.ProtoReflect.Descriptor instead.
 func (*CreateJoinToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateJoinToken) GetToken() *JoinToken {
@@ -1553,7 +1620,7 @@ type EnrollNode struct {
 
 func (x *EnrollNode) Reset() {
 	*x = EnrollNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1632,7 @@ func (x *EnrollNode) String() string {
 func (*EnrollNode) ProtoMessage() {}
 
 func (x *EnrollNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[7]
+	mi := &file_corpus_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1645,7 @@ func (x *EnrollNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollNode.ProtoReflect.Descriptor instead.
 func (*EnrollNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EnrollNode) GetTokenId() string {
@@ -1615,7 +1682,7 @@ type RenewNodeCertificate struct {
 
 func (x *RenewNodeCertificate) Reset() {
 	*x = RenewNodeCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1694,7 @@ func (x *RenewNodeCertificate) String() string {
 func (*RenewNodeCertificate) ProtoMessage() {}
 
 func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[8]
+	mi := &file_corpus_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1707,7 @@ func (x *RenewNodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewNodeCertificate.ProtoReflect.Descriptor instead.
 func (*RenewNodeCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewNodeCertificate) GetNodeId() string {
@@ -1683,7 +1750,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1762,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[9]
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1775,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -1791,7 +1858,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1870,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1883,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1842,7 +1909,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1921,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1934,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1891,7 +1958,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1970,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1983,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -1955,7 +2022,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2034,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2047,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -2027,7 +2094,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2106,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2119,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -2077,7 +2144,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2156,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2169,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -2137,7 +2204,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2216,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2229,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -2190,7 +2257,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2269,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2282,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -2242,7 +2309,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2321,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2334,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -2286,7 +2353,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2365,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2378,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -2333,7 +2400,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2412,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2425,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -2391,7 +2458,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2470,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2483,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -2435,7 +2502,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2514,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2527,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -2480,7 +2547,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2559,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2572,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2526,7 +2593,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2605,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2618,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -2580,7 +2647,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2659,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2672,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -2635,7 +2702,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2714,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2727,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -2695,7 +2762,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2774,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2787,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -2746,7 +2813,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2825,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2838,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2802,7 +2869,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2881,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2894,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -2874,7 +2941,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +2953,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +2966,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -2920,7 +2987,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +2999,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3012,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -2972,7 +3039,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3051,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3064,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -3032,7 +3099,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3111,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3124,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -3118,7 +3185,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3197,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3210,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -3179,7 +3246,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3258,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3271,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GrantProject) GetName() string {
@@ -3240,7 +3307,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3319,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3332,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -3292,7 +3359,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3371,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3384,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -3383,7 +3450,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3462,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3475,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -3452,7 +3519,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3531,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3544,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -3525,7 +3592,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3604,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3617,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -3598,7 +3665,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3677,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3690,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -3643,7 +3710,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3722,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3735,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -3688,7 +3755,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3767,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3780,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -3733,7 +3800,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3812,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3825,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -3778,7 +3845,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3857,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3870,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3855,7 +3922,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3867,7 +3934,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3880,7 +3947,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4063,7 +4130,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4142,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4155,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetClusterVersion) GetVersion() string {
@@ -4111,7 +4178,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4190,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4203,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -4162,7 +4229,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4241,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4254,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -4211,7 +4278,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4290,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4303,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4284,7 +4351,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4363,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4376,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4365,7 +4432,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4444,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4457,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4465,7 +4532,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4544,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4557,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4553,7 +4620,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4632,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4645,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4665,7 +4732,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4744,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4757,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4736,7 +4803,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4748,7 +4815,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4761,7 +4828,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4822,7 +4889,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +4901,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +4914,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4929,7 +4996,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4941,7 +5008,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4954,7 +5021,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -4990,7 +5057,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5069,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5082,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -5046,7 +5113,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5125,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5138,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -5109,7 +5176,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5188,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5201,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LinkService) GetService() string {
@@ -5170,7 +5237,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5182,7 +5249,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5195,7 +5262,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5231,7 +5298,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +5310,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +5323,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5291,7 +5358,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5370,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5383,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5343,7 +5410,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5355,7 +5422,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5368,7 +5435,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5392,7 +5459,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5404,7 +5471,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5417,7 +5484,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5465,7 +5532,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5544,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5557,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5518,7 +5585,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +5597,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +5610,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5579,7 +5646,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +5658,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +5671,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5648,7 +5715,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5660,7 +5727,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5673,7 +5740,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5705,7 +5772,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5717,7 +5784,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5730,7 +5797,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5756,7 +5823,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5768,7 +5835,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5781,7 +5848,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5804,7 +5871,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +5883,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +5896,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5864,7 +5931,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\xea$\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\x95%\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -5952,7 +6019,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x10delete_extension\x18\xd2\x01 \x01(\v2\x1a.corpus.v1.DeleteExtensionH\x00R\x0fdeleteExtension\x12O\n" +
 	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12B\n" +
 	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphans\x12I\n" +
-	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokensB\x05\n" +
+	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokens\x12)\n" +
+	"\x05batch\x18\xe8\x01 \x01(\v2\x10.corpus.v1.BatchH\x00R\x05batchB\x05\n" +
 	"\x03cmd\"j\n" +
 	"\x0fTouchUserTokens\x12'\n" +
 	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\x12.\n" +
@@ -5963,7 +6031,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\tR\x04from\"Z\n" +
 	"\rReportOrphans\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
-	"\aorphans\x18\x02 \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"U\n" +
+	"\aorphans\x18\x02 \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\"7\n" +
+	"\x05Batch\x12.\n" +
+	"\bcommands\x18\x01 \x03(\v2\x12.corpus.v1.CommandR\bcommands\"U\n" +
 	"\vRecordAudit\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
@@ -6323,270 +6393,273 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*TouchUserTokens)(nil),       // 1: corpus.v1.TouchUserTokens
 	(*TokenUse)(nil),              // 2: corpus.v1.TokenUse
 	(*ReportOrphans)(nil),         // 3: corpus.v1.ReportOrphans
-	(*RecordAudit)(nil),           // 4: corpus.v1.RecordAudit
-	(*BootstrapCluster)(nil),      // 5: corpus.v1.BootstrapCluster
-	(*CreateJoinToken)(nil),       // 6: corpus.v1.CreateJoinToken
-	(*EnrollNode)(nil),            // 7: corpus.v1.EnrollNode
-	(*RenewNodeCertificate)(nil),  // 8: corpus.v1.RenewNodeCertificate
-	(*UpdateNode)(nil),            // 9: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 10: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 11: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 12: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 13: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 14: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 15: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 16: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 17: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 18: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 19: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 20: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 21: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 22: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 23: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 24: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 25: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 26: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 27: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 28: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 29: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 30: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 31: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 32: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 33: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 34: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 35: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 36: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 37: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 38: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 39: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 40: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 41: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 42: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 43: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 44: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 45: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 46: corpus.v1.Snapshot
-	(*SetClusterVersion)(nil),     // 47: corpus.v1.SetClusterVersion
-	(*PutExtension)(nil),          // 48: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 49: corpus.v1.DeleteExtension
-	(*SetConfig)(nil),             // 50: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 51: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 52: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 53: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 54: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 55: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 56: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 57: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 58: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 59: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 60: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 61: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 62: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 63: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 64: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 65: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 66: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 67: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 68: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 69: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 70: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 71: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 72: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 73: corpus.v1.SetRouteTls
-	nil,                           // 74: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 75: corpus.v1.SetConfig.SetEntry
-	nil,                           // 76: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 77: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 78: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 79: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 80: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 81: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 82: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 83: corpus.v1.JoinToken
-	(*Node)(nil),                  // 84: corpus.v1.Node
-	(*Resources)(nil),             // 85: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 86: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 87: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 88: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 89: corpus.v1.Route
-	(*DnsRecord)(nil),             // 90: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 91: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 92: corpus.v1.User
-	(*UserToken)(nil),             // 93: corpus.v1.UserToken
-	(*SshKey)(nil),                // 94: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 95: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 96: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 97: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 98: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 99: corpus.v1.Coordinator
-	(*Volume)(nil),                // 100: corpus.v1.Volume
-	(*Project)(nil),               // 101: corpus.v1.Project
-	(*AuditEntry)(nil),            // 102: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 103: corpus.v1.Keyring
-	(*Service)(nil),               // 104: corpus.v1.Service
-	(*Backup)(nil),                // 105: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 106: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 107: corpus.v1.Certificate
-	(*Extension)(nil),             // 108: corpus.v1.Extension
-	(*AutoscalePolicy)(nil),       // 109: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 110: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 111: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 112: corpus.v1.ReportedService
+	(*Batch)(nil),                 // 4: corpus.v1.Batch
+	(*RecordAudit)(nil),           // 5: corpus.v1.RecordAudit
+	(*BootstrapCluster)(nil),      // 6: corpus.v1.BootstrapCluster
+	(*CreateJoinToken)(nil),       // 7: corpus.v1.CreateJoinToken
+	(*EnrollNode)(nil),            // 8: corpus.v1.EnrollNode
+	(*RenewNodeCertificate)(nil),  // 9: corpus.v1.RenewNodeCertificate
+	(*UpdateNode)(nil),            // 10: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 11: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 12: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 13: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 14: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 15: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 16: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 17: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 18: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 19: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 20: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 21: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 22: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 23: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 24: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 25: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 26: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 27: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 28: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 29: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 30: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 31: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 32: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 33: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 34: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 35: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 36: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 37: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 38: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 39: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 40: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 41: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 42: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 43: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 44: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 45: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 46: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 47: corpus.v1.Snapshot
+	(*SetClusterVersion)(nil),     // 48: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 49: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 50: corpus.v1.DeleteExtension
+	(*SetConfig)(nil),             // 51: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 52: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 53: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 54: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 55: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 56: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 57: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 58: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 59: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 60: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 61: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 62: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 63: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 64: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 65: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 66: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 67: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 68: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 69: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 70: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 71: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 72: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 73: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 74: corpus.v1.SetRouteTls
+	nil,                           // 75: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 76: corpus.v1.SetConfig.SetEntry
+	nil,                           // 77: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 78: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 79: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 80: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 81: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 82: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 83: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 84: corpus.v1.JoinToken
+	(*Node)(nil),                  // 85: corpus.v1.Node
+	(*Resources)(nil),             // 86: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 87: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 88: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 89: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 90: corpus.v1.Route
+	(*DnsRecord)(nil),             // 91: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 92: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 93: corpus.v1.User
+	(*UserToken)(nil),             // 94: corpus.v1.UserToken
+	(*SshKey)(nil),                // 95: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 96: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 97: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 98: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 99: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 100: corpus.v1.Coordinator
+	(*Volume)(nil),                // 101: corpus.v1.Volume
+	(*Project)(nil),               // 102: corpus.v1.Project
+	(*AuditEntry)(nil),            // 103: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 104: corpus.v1.Keyring
+	(*Service)(nil),               // 105: corpus.v1.Service
+	(*Backup)(nil),                // 106: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 107: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 108: corpus.v1.Certificate
+	(*Extension)(nil),             // 109: corpus.v1.Extension
+	(*AutoscalePolicy)(nil),       // 110: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 111: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 112: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 113: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	80,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
-	5,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
-	6,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
-	7,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	9,   // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	11,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	12,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	13,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	17,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	10,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	18,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	19,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	20,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	21,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	22,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	23,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	27,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	24,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	25,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	28,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	30,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	31,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	32,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	33,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	34,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	35,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	36,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	37,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	38,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	39,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	40,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	41,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	42,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	43,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	44,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	45,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	14,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	15,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
-	8,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	29,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	58,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
-	4,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	50,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	51,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	53,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	59,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	60,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	61,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	62,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	63,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	64,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	65,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	66,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	67,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	69,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	68,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	70,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	71,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	72,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	73,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	54,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	56,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	55,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	57,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	48,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	49,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	47,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	81,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	6,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
+	7,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
+	8,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
+	10,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	12,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	13,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	14,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	18,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	11,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	19,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	20,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	21,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	22,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	23,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	24,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	28,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	25,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	26,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	29,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	31,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	32,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	33,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	34,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	35,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	36,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	37,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	38,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	39,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	40,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	41,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	42,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	43,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	44,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	45,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	46,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	15,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	16,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	9,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
+	30,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	59,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	5,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
+	51,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	52,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	54,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	60,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	61,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	62,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	63,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	64,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	65,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	66,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	67,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	68,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	70,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	69,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	71,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	72,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	73,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	74,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	55,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	57,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	56,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	58,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	49,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	50,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	48,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
 	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
 	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
-	2,   // 69: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
-	2,   // 70: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
-	80,  // 71: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
-	81,  // 72: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	82,  // 73: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	83,  // 74: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	84,  // 75: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	80,  // 76: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	85,  // 77: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	86,  // 78: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	74,  // 79: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	87,  // 80: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	13,  // 81: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	88,  // 82: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	16,  // 83: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	89,  // 84: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	90,  // 85: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	91,  // 86: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	26,  // 87: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	92,  // 88: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	93,  // 89: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	94,  // 90: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	95,  // 91: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	87,  // 92: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	89,  // 93: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	96,  // 94: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	97,  // 95: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	98,  // 96: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	89,  // 97: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	99,  // 98: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	93,  // 99: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	82,  // 100: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	84,  // 101: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	87,  // 102: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	83,  // 103: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	89,  // 104: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	90,  // 105: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	100, // 106: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	92,  // 107: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	101, // 108: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	97,  // 109: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	99,  // 110: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	102, // 111: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	93,  // 112: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	103, // 113: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	104, // 114: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	105, // 115: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	106, // 116: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	107, // 117: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	108, // 118: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	80,  // 119: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	108, // 120: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	75,  // 121: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	103, // 122: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	52,  // 123: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	52,  // 124: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	76,  // 125: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	77,  // 126: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	87,  // 127: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	109, // 128: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	78,  // 129: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	80,  // 130: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	110, // 131: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	96,  // 132: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	104, // 133: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	87,  // 134: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	111, // 135: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	79,  // 136: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	112, // 137: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	105, // 138: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	87,  // 139: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	106, // 140: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	107, // 141: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	142, // [142:142] is the sub-list for method output_type
-	142, // [142:142] is the sub-list for method input_type
-	142, // [142:142] is the sub-list for extension type_name
-	142, // [142:142] is the sub-list for extension extendee
-	0,   // [0:142] is the sub-list for field type_name
+	4,   // 69: corpus.v1.Command.batch:type_name -> corpus.v1.Batch
+	2,   // 70: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
+	2,   // 71: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
+	81,  // 72: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	82,  // 73: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	0,   // 74: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
+	83,  // 75: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	84,  // 76: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	85,  // 77: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	81,  // 78: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	86,  // 79: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	87,  // 80: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	75,  // 81: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	88,  // 82: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	14,  // 83: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	89,  // 84: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	17,  // 85: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	90,  // 86: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	91,  // 87: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	92,  // 88: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	27,  // 89: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	93,  // 90: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	94,  // 91: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	95,  // 92: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	96,  // 93: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	88,  // 94: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	90,  // 95: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	97,  // 96: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	98,  // 97: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	99,  // 98: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	90,  // 99: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	100, // 100: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	94,  // 101: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	83,  // 102: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	85,  // 103: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	88,  // 104: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	84,  // 105: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	90,  // 106: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	91,  // 107: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	101, // 108: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	93,  // 109: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	102, // 110: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	98,  // 111: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	100, // 112: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	103, // 113: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	94,  // 114: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	104, // 115: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	105, // 116: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	106, // 117: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	107, // 118: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	108, // 119: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	109, // 120: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	81,  // 121: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	109, // 122: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	76,  // 123: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	104, // 124: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	53,  // 125: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	53,  // 126: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	77,  // 127: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	78,  // 128: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	88,  // 129: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	110, // 130: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	79,  // 131: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	81,  // 132: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	111, // 133: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	97,  // 134: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	105, // 135: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	88,  // 136: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	112, // 137: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	80,  // 138: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	113, // 139: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	106, // 140: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	88,  // 141: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	107, // 142: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	108, // 143: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	144, // [144:144] is the sub-list for method output_type
+	144, // [144:144] is the sub-list for method input_type
+	144, // [144:144] is the sub-list for extension type_name
+	144, // [144:144] is the sub-list for extension extendee
+	0,   // [0:144] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6666,6 +6739,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_SetClusterVersion)(nil),
 		(*Command_ReportOrphans)(nil),
 		(*Command_TouchUserTokens)(nil),
+		(*Command_Batch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6673,7 +6747,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

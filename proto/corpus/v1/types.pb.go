@@ -3101,7 +3101,10 @@ type AuditEntry struct {
 	// target names the object, when the command has one.
 	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	// result is "ok" or the error that refused the write.
-	Result        string `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	// position is the write's place among those its Raft entry batched (0
+	// for an entry of one write).
+	Position      uint32 `protobuf:"varint,7,opt,name=position,proto3" json:"position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3176,6 +3179,13 @@ func (x *AuditEntry) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *AuditEntry) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
 }
 
 // UserToken is an API credential of a user: "cusr_ID_SECRET", of which
@@ -4286,7 +4296,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
 	"\vduration_ms\x18\x03 \x01(\x03R\n" +
-	"durationMs\"\xb0\x01\n" +
+	"durationMs\"\xcc\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12.\n" +
@@ -4294,7 +4304,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\tR\x06result\"\x9d\x03\n" +
+	"\x06result\x18\x06 \x01(\tR\x06result\x12\x1a\n" +
+	"\bposition\x18\a \x01(\rR\bposition\"\x9d\x03\n" +
 	"\tUserToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +

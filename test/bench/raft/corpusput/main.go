@@ -4,7 +4,9 @@
 // --endpoints, and prints what etcd's `benchmark put` prints of its own
 // run: requests per second and latency percentiles. A write is a DNS
 // record added under a name of its own (DnsService.AddRecord): one Raft
-// entry, acknowledged once applied, as an etcd put is once committed.
+// entry, or a place in the leader's next batch entry when others arrive
+// while one is committing (etcd batches its proposals likewise),
+// acknowledged once applied, as an etcd put is once committed.
 package main
 
 import (
