@@ -25,8 +25,10 @@ type cacheEntry struct {
 	expires time.Time
 }
 
+// newCache makes a cache of at most size answers. Its map grows with
+// use: a resolver that forwards little holds little.
 func newCache(size int) *cache {
-	return &cache{size: size, entries: make(map[string]cacheEntry, size)}
+	return &cache{size: size, entries: map[string]cacheEntry{}}
 }
 
 // cacheKey identifies a question and the bits that change its answer.

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -81,7 +80,7 @@ func (c Config) Validate() error {
 type Driver struct {
 	cfg    Config
 	ns     string
-	client k8s.Interface
+	client *clients
 	rest   *rest.Config
 	logger *slog.Logger
 	// nsReady is set once the namespace is known to exist, and cleared
@@ -137,7 +136,7 @@ func New(cfg Config) (*Driver, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst, rc.Timeout = cfg.QPS, cfg.Burst, cfg.Timeout
 	rc.UserAgent = "corpus-agent"
-	client, err := k8s.NewForConfig(rc)
+	client, err := newClients(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	netlisters "k8s.io/client-go/listers/networking/v1"
@@ -26,14 +30,14 @@ import (
 // read, and an object the view does not show yet is read from the server
 // when creating it finds it there.
 type view struct {
-	factory informers.SharedInformerFactory
-	deps    appslisters.DeploymentNamespaceLister
-	sets    appslisters.StatefulSetNamespaceLister
-	svcs    corelisters.ServiceNamespaceLister
-	pods    corelisters.PodNamespaceLister
-	claims  corelisters.PersistentVolumeClaimNamespaceLister
-	ings    netlisters.IngressNamespaceLister
-	synced  []cache.InformerSynced
+	informers sync.WaitGroup // the informers' goroutines, until d.stop closes
+	deps      appslisters.DeploymentNamespaceLister
+	sets      appslisters.StatefulSetNamespaceLister
+	svcs      corelisters.ServiceNamespaceLister
+	pods      corelisters.PodNamespaceLister
+	claims    corelisters.PersistentVolumeClaimNamespaceLister
+	ings      netlisters.IngressNamespaceLister
+	synced    []cache.InformerSynced
 }
 
 // view returns the driver's view, started on first use, once it holds a
@@ -42,28 +46,20 @@ func (d *Driver) view(ctx context.Context) (*view, error) {
 	d.viewMu.Lock()
 	v := d.v
 	if v == nil {
-		f := informers.NewSharedInformerFactoryWithOptions(d.client, 0,
-			informers.WithNamespace(d.ns),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managedSelector }))
-		deps, svcs := f.Apps().V1().Deployments(), f.Core().V1().Services()
-		pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
-		ings := f.Networking().V1().Ingresses()
-		sets := f.Apps().V1().StatefulSets()
-		v = &view{
-			factory: f,
-			deps:    deps.Lister().Deployments(d.ns),
-			sets:    sets.Lister().StatefulSets(d.ns),
-			svcs:    svcs.Lister().Services(d.ns),
-			pods:    pods.Lister().Pods(d.ns),
-			claims:  claims.Lister().PersistentVolumeClaims(d.ns),
-			ings:    ings.Lister().Ingresses(d.ns),
-			synced: []cache.InformerSynced{
-				deps.Informer().HasSynced, svcs.Informer().HasSynced,
-				pods.Informer().HasSynced, claims.Informer().HasSynced,
-				ings.Informer().HasSynced, sets.Informer().HasSynced,
-			},
-		}
-		f.Start(d.stop)
+		v = &view{}
+		c := d.client
+		deps := watchManaged(v, d.stop, c.AppsV1().Deployments(d.ns), &appsv1.Deployment{})
+		sets := watchManaged(v, d.stop, c.AppsV1().StatefulSets(d.ns), &appsv1.StatefulSet{})
+		svcs := watchManaged(v, d.stop, c.CoreV1().Services(d.ns), &corev1.Service{})
+		pods := watchManaged(v, d.stop, c.CoreV1().Pods(d.ns), &corev1.Pod{})
+		claims := watchManaged(v, d.stop, c.CoreV1().PersistentVolumeClaims(d.ns), &corev1.PersistentVolumeClaim{})
+		ings := watchManaged(v, d.stop, c.NetworkingV1().Ingresses(d.ns), &networkingv1.Ingress{})
+		v.deps = appslisters.NewDeploymentLister(deps.GetIndexer()).Deployments(d.ns)
+		v.sets = appslisters.NewStatefulSetLister(sets.GetIndexer()).StatefulSets(d.ns)
+		v.svcs = corelisters.NewServiceLister(svcs.GetIndexer()).Services(d.ns)
+		v.pods = corelisters.NewPodLister(pods.GetIndexer()).Pods(d.ns)
+		v.claims = corelisters.NewPersistentVolumeClaimLister(claims.GetIndexer()).PersistentVolumeClaims(d.ns)
+		v.ings = netlisters.NewIngressLister(ings.GetIndexer()).Ingresses(d.ns)
 		d.v = v
 	}
 	d.viewMu.Unlock()
@@ -73,6 +69,34 @@ func (d *Driver) view(ctx context.Context) (*view, error) {
 	return v, nil
 }
 
+// listWatcher is the part of a typed client of one kind of object in one
+// namespace that an informer uses.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, o metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
+}
+
+// watchManaged starts an informer of v over the objects c lists that
+// carry corpus's label (as client-go's informer factory does for one
+// kind, without linking the factory's informers of every kind), running
+// until stop closes.
+func watchManaged[L runtime.Object](v *view, stop <-chan struct{}, c listWatcher[L], obj runtime.Object) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = managedSelector
+			return c.List(context.TODO(), o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = managedSelector
+			return c.Watch(context.TODO(), o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	v.synced = append(v.synced, inf.HasSynced)
+	v.informers.Go(func() { inf.Run(stop) })
+	return inf
+}
+
 // Close stops the driver's watches. The driver must not be used after.
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
@@ -80,7 +104,7 @@ func (d *Driver) Close() error {
 		d.viewMu.Lock()
 		defer d.viewMu.Unlock()
 		if d.v != nil {
-			d.v.factory.Shutdown()
+			d.v.informers.Wait()
 		}
 	})
 	return nil
