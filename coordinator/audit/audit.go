@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/auth"
-	"corpus/coordinator/state"
+	"corpus/coordinator/state/auditentry"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -69,7 +69,7 @@ func (a *Auditor) Record(ctx context.Context, actor, action, target, result stri
 
 // Refused records a refused call, within the caller's rate.
 func (a *Auditor) Refused(ctx context.Context, p auth.Principal, procedure string, req proto.Message, err error) {
-	a.Refusal(ctx, p.String(), "refused "+shortProcedure(procedure), state.AuditTarget(req), ErrorText(err))
+	a.Refusal(ctx, p.String(), "refused "+shortProcedure(procedure), auditentry.Target(req), ErrorText(err))
 }
 
 // Refusal records that actor was refused action on target, and why,

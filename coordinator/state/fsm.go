@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/fit"
+	"corpus/coordinator/state/auditentry"
 	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -103,7 +104,7 @@ func (f *FSM) applyOne(index uint64, position uint32, cmd *corpusv1.Command, las
 		f.audit(index, position, cmd, now, err, last)
 		return &Result{Index: index, Err: err}, false
 	}
-	a.put(statedb.TableAudit, auditEntry(cmd, index, position, nil))
+	a.put(statedb.TableAudit, auditentry.Of(cmd, index, position, nil))
 	if last {
 		a.entryApplied()
 	}

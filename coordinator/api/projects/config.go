@@ -15,6 +15,7 @@ import (
 	"corpus/coordinator/auth"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
+	"corpus/coordinator/state/auditentry"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -45,7 +46,7 @@ func (s *Service) SetConfig(ctx context.Context, req *connect.Request[corpusv1.S
 		return err
 	}
 	keys := slices.Sorted(maps.Keys(m.Set))
-	return s.ReleaseConfig(ctx, p.Name, e.Name, state.ConfigChangeText(keys, unset), m.NoRestart, stream.Send)
+	return s.ReleaseConfig(ctx, p.Name, e.Name, auditentry.ConfigChange(keys, unset), m.NoRestart, stream.Send)
 }
 
 // ReleaseConfig makes a release of an environment's current commit with
