@@ -38,10 +38,7 @@ corpus coordinator --restore.`,
   corpus operator snapshot save /backup/corpus.snap --key-file /root/snapshot.key`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return fmt.Errorf("give the key the snapshot is sealed with: --key-file KEY (make one with: head -c 32 /dev/urandom | base64 > KEY)")
-			}
-			secret, err := snapshotfile.ReadSecret(keyFile)
+			secret, err := readSnapshotKey(keyFile)
 			if err != nil {
 				return err
 			}
@@ -96,10 +93,7 @@ from a snapshot instead (every replica lost): corpus coordinator --restore.`,
 		Example: `  corpus operator snapshot restore /backup/corpus.snap --key-file /root/snapshot.key`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return fmt.Errorf("give the key the snapshot was sealed with: --key-file KEY")
-			}
-			secret, err := snapshotfile.ReadSecret(keyFile)
+			secret, err := readSnapshotKey(keyFile)
 			if err != nil {
 				return err
 			}
@@ -137,6 +131,15 @@ from a snapshot instead (every replica lost): corpus coordinator --restore.`,
 	addYes(restore, &yes)
 	cmd.AddCommand(save, inspect, restore)
 	return cmd
+}
+
+// readSnapshotKey reads the secret a snapshot is sealed with from the
+// --key-file given.
+func readSnapshotKey(keyFile string) ([]byte, error) {
+	if keyFile == "" {
+		return nil, fmt.Errorf("give the key the snapshot is sealed with: --key-file KEY (make one with: head -c 32 /dev/urandom | base64 > KEY)")
+	}
+	return snapshotfile.ReadSecret(keyFile)
 }
 
 func printSnapshotHeader(g *Globals, h *corpusv1.SnapshotHeader) {
