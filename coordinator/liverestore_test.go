@@ -79,9 +79,13 @@ func TestLiveRestore(t *testing.T) {
 	ops := rs.ops(lead)
 	createGuest := func(name string) {
 		t.Helper()
-		if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name, Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
-			t.Fatalf("CreateGuest(%s) = %v", name, err)
-		}
+		whileUnavailable(t, "CreateGuest("+name+")", func() error {
+			_, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: name, Spec: &corpusv1.GuestSpec{Image: "busybox"}}))
+			if connect.CodeOf(err) == connect.CodeAlreadyExists {
+				return nil // a retry of one that was done
+			}
+			return err
+		})
 	}
 	for _, g := range []string{"web", "db", "cache"} {
 		createGuest(g)
@@ -93,10 +97,11 @@ func TestLiveRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "group.snap")
-	h, err := (&client.Clients{Snapshots: ops.snap}).SaveSnapshot(ctx, path, []byte(snapSecret), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var h *corpusv1.SnapshotHeader
+	whileUnavailable(t, "SaveSnapshot", func() (err error) {
+		h, err = (&client.Clients{Snapshots: ops.snap}).SaveSnapshot(ctx, path, []byte(snapSecret), nil)
+		return err
+	})
 	want := fileObjects(t, path)
 	if !strings.Contains(want, "guests=cache,db,site-dev,web ") {
 		t.Fatalf("the snapshot holds %s", want)
@@ -159,10 +164,11 @@ func TestLiveRestore(t *testing.T) {
 
 	// The restore, through a follower.
 	var progressed uint64
-	res, err := (&client.Clients{Snapshots: rs.ops(f).snap}).RestoreSnapshot(ctx, path, []byte(snapSecret), false, func(done, total uint64) { progressed = done })
-	if err != nil {
-		t.Fatalf("RestoreSnapshot = %v", err)
-	}
+	var res *corpusv1.RestoreSnapshotResponse
+	whileUnavailable(t, "RestoreSnapshot", func() (err error) {
+		res, err = (&client.Clients{Snapshots: rs.ops(f).snap}).RestoreSnapshot(ctx, path, []byte(snapSecret), false, func(done, total uint64) { progressed = done })
+		return err
+	})
 	if res.SnapshotIndex != h.RaftIndex || res.ClusterId != h.ClusterId || res.RaftIndex <= h.RaftIndex || res.Objects == 0 || res.RestoreId == "" || progressed != h.PayloadSize {
 		t.Errorf("RestoreSnapshot = %v (progress %d), want the snapshot's index %d restored past it", res, progressed, h.RaftIndex)
 	}
@@ -243,6 +249,19 @@ func TestLiveRestoreForced(t *testing.T) {
 	if _, err := dst.ops().guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "after", Spec: &corpusv1.GuestSpec{Image: "busybox"}})); err != nil {
 		t.Errorf("CreateGuest after the forced restore = %v", err)
 	}
+}
+
+// whileUnavailable runs f again while the group answers Unavailable (an
+// election, on a loaded machine); any other error fails the test.
+func whileUnavailable(t *testing.T, what string, f func() error) {
+	t.Helper()
+	eventuallyT(t, what, func() error {
+		err := f()
+		if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("%s = %v", what, err)
+		}
+		return err
+	})
 }
 
 // restoreRaw sends the snapshot file's bytes to RestoreSnapshot with the

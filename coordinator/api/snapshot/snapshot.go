@@ -111,15 +111,15 @@ func (s *service) RestoreSnapshot(ctx context.Context, stream *connect.ClientStr
 	if s.restorer == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this coordinator cannot restore snapshots"))
 	}
-	payload := make([]byte, 0, h.PayloadSize)
-	payload = append(payload, first.Data...)
+	// Grown as it comes, not as the header claims.
+	payload := append([]byte(nil), first.Data...)
 	for stream.Receive() {
 		m := stream.Msg()
 		if m.Header != nil || m.Key != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("only the first message of a restore carries the header and key"))
 		}
 		if uint64(len(payload)+len(m.Data)) > h.PayloadSize {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%v: more data than the header's %d bytes", snapshotfile.ErrCorrupt, h.PayloadSize))
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%w: more data than the header's %d bytes", snapshotfile.ErrCorrupt, h.PayloadSize))
 		}
 		payload = append(payload, m.Data...)
 	}
