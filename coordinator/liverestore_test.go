@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	"corpus/client"
 	"corpus/coordinator/keyring"
@@ -50,19 +49,8 @@ func objects(st *corpusv1.Snapshot) string {
 // fileObjects is objects of the state in the snapshot file at path.
 func fileObjects(t *testing.T, path string) string {
 	t.Helper()
-	h, payload, err := snapshotfile.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := snapshotfile.Open(h, payload, []byte(snapSecret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st corpusv1.Snapshot
-	if err := proto.Unmarshal(c.State, &st); err != nil {
-		t.Fatal(err)
-	}
-	return objects(&st)
+	_, _, st := openSnapshotFile(t, path)
+	return objects(st)
 }
 
 // TestLiveRestore: a snapshot restored into a running group of three
