@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -153,10 +154,12 @@ func TestLiveRestore(t *testing.T) {
 	// The restore, through a follower.
 	var progressed uint64
 	var res *corpusv1.RestoreSnapshotResponse
+	began := time.Now()
 	whileUnavailable(t, "RestoreSnapshot", func() (err error) {
 		res, err = (&client.Clients{Snapshots: rs.ops(f).snap}).RestoreSnapshot(ctx, path, []byte(snapSecret), false, func(done, total uint64) { progressed = done })
 		return err
 	})
+	t.Logf("restored %d objects (%d bytes sealed) through a follower in %s: index %d term %d", res.Objects, h.PayloadSize, time.Since(began).Round(time.Millisecond), res.RaftIndex, res.RaftTerm)
 	if res.SnapshotIndex != h.RaftIndex || res.ClusterId != h.ClusterId || res.RaftIndex <= h.RaftIndex || res.Objects == 0 || res.RestoreId == "" || progressed != h.PayloadSize {
 		t.Errorf("RestoreSnapshot = %v (progress %d), want the snapshot's index %d restored past it", res, progressed, h.RaftIndex)
 	}
