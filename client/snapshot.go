@@ -85,3 +85,47 @@ func InspectSnapshot(path string) (*corpusv1.SnapshotHeader, error) {
 	}
 	return h, nil
 }
+
+// RestoreSnapshot sends the snapshot file at path to the cluster, whose
+// leader installs it into the running group: every replica ends with its
+// state. The file is checked here first (checksum, key); the key is
+// derived here from secret, which does not leave this process. force
+// restores a snapshot of another cluster (see RestoreSnapshotRequest).
+// progress, if set, is told the payload's bytes sent and their total.
+func (c *Clients) RestoreSnapshot(ctx context.Context, path string, secret []byte, force bool, progress func(done, total uint64)) (*corpusv1.RestoreSnapshotResponse, error) {
+	h, payload, err := snapshotfile.Read(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	key, err := snapshotfile.DeriveKey(h, secret)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := snapshotfile.OpenWithKey(h, payload, key); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	stream := c.Snapshots.RestoreSnapshot(ctx)
+	// A refused restore's Send says io.EOF; CloseAndReceive says why.
+	err = stream.Send(&corpusv1.RestoreSnapshotRequest{Header: h, Key: key, Force: force})
+	var sent uint64
+	if err == nil {
+		err = snapshotfile.Chunks(payload, func(b []byte) error {
+			if err := stream.Send(&corpusv1.RestoreSnapshotRequest{Data: b}); err != nil {
+				return err
+			}
+			sent += uint64(len(b))
+			if progress != nil {
+				progress(sent, h.PayloadSize)
+			}
+			return nil
+		})
+	}
+	res, cerr := stream.CloseAndReceive()
+	if cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}

@@ -91,6 +91,12 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		}
 		return s.Err()
 	},
+	corpusv1connect.SnapshotServiceRestoreSnapshotProcedure: func(ctx context.Context, c clients) error {
+		s := c.snap.RestoreSnapshot(ctx)
+		s.Send(&corpusv1.RestoreSnapshotRequest{})
+		_, err := s.CloseAndReceive()
+		return err
+	},
 	corpusv1connect.DnsServiceListRecordsProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.dns.ListRecords(ctx, connect.NewRequest(&corpusv1.ListRecordsRequest{}))
 		return err

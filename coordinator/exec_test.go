@@ -23,11 +23,13 @@ import (
 // fakeAgent serves the node agent API without drivers: the real agent
 // needs LXC to exec anything. It checks the coordinator's credential as
 // the agent does, echoes argv and stdin, and fails on request.
-// fakeAgent answers only Exec; the rest of the agent API is the
-// generated "unimplemented" handler.
+// fakeAgent answers only Exec and Shell; the rest of the agent API is
+// the generated "unimplemented" handler.
 type fakeAgent struct {
 	corpusv1connect.UnimplementedNodeAgentServiceHandler
 	key string
+	// shellEnded, if set, is told when a Shell call ends.
+	shellEnded chan struct{}
 	// loads counts the Load calls (see visibility_test.go).
 	loads atomic.Uint64
 }
@@ -61,16 +63,44 @@ func (f *fakeAgent) Exec(_ context.Context, req *connect.Request[corpusv1.ExecGu
 	return nil
 }
 
+// Shell echoes the session's input until the coordinator ends the call.
+func (f *fakeAgent) Shell(ctx context.Context, stream *connect.BidiStream[corpusv1.ShellInput, corpusv1.ExecOutput]) error {
+	if f.shellEnded != nil {
+		defer func() { f.shellEnded <- struct{}{} }()
+	}
+	if err := f.checkKey(stream.RequestHeader()); err != nil {
+		return err
+	}
+	for {
+		in, err := stream.Receive()
+		if err != nil {
+			return err
+		}
+		if len(in.Stdin) > 0 {
+			if err := stream.Send(&corpusv1.ExecOutput{Stdout: in.Stdin}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 // serveFakeAgent starts a fakeAgent on a dynamic port and returns its
 // address.
 func serveFakeAgent(t *testing.T, s *server, a *agent) string {
+	t.Helper()
+	return serveAgent(t, s, a, &fakeAgent{key: a.agentKey})
+}
+
+// serveAgent serves fa as a's agent on a dynamic port and returns its
+// address.
+func serveAgent(t *testing.T, s *server, a *agent, fa *fakeAgent) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(&fakeAgent{key: a.agentKey}))
+	mux.Handle(corpusv1connect.NewNodeAgentServiceHandler(fa))
 	// It holds the node's certificate, as the real agent does, and lets
 	// only coordinators in.
 	srv := rpc.NewServer(mux, pki.ServerConfig(s.caPool(), pki.NewKeys(a.cert), true))

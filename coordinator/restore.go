@@ -64,18 +64,9 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	if err != nil {
 		return nil, refuse("%w", err)
 	}
-	if _, err := pki.LoadCA(c.CaCert, c.CaKey); err != nil {
-		return nil, refuse("the snapshot's cluster CA: %v", err)
-	}
-	var st corpusv1.Snapshot
-	if err := proto.Unmarshal(c.State, &st); err != nil {
-		return nil, refuse("%w: the state does not decode (%v)", snapshotfile.ErrCorrupt, err)
-	}
-	if err := state.CheckSnapshot(&st); err != nil {
-		return nil, refuse("%w: %w", snapshotfile.ErrNewerFormat, err)
-	}
-	if st.Config.GetClusterId() != h.ClusterId {
-		return nil, refuse("%w: the state is of cluster %q, the header says %q", snapshotfile.ErrCorrupt, st.Config.GetClusterId(), h.ClusterId)
+	st, _, err := decodeSnapshot(h, c)
+	if err != nil {
+		return nil, refuse("%w", err)
 	}
 	tlsDir := filepath.Join(cfg.DataDir, TLSDir)
 	haveCA, err := os.ReadFile(filepath.Join(tlsDir, CACertFile))
@@ -96,7 +87,7 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	st.Coordinators = nil
 	// Agents tell from this what the snapshot predates (agent/orphans.go).
 	st.Config.Restore = &corpusv1.Restore{Id: secret.Hex(8), SnapshotIndex: h.RaftIndex}
-	state, err := proto.Marshal(&st)
+	state, err := proto.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +98,27 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 		return nil, err
 	}
 	return &restoring{header: h, state: state, logger: logger}, nil
+}
+
+// decodeSnapshot decodes an opened snapshot file's state and CA, and
+// checks this binary can restore them and that they agree with the
+// header: what every restore checks before it changes anything.
+func decodeSnapshot(h *corpusv1.SnapshotHeader, c *corpusv1.SnapshotContents) (*corpusv1.Snapshot, *pki.CA, error) {
+	ca, err := pki.LoadCA(c.CaCert, c.CaKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: the snapshot's cluster CA: %v", snapshotfile.ErrCorrupt, err)
+	}
+	st := &corpusv1.Snapshot{}
+	if err := proto.Unmarshal(c.State, st); err != nil {
+		return nil, nil, fmt.Errorf("%w: the state does not decode (%v)", snapshotfile.ErrCorrupt, err)
+	}
+	if err := state.CheckSnapshot(st); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", snapshotfile.ErrNewerFormat, err)
+	}
+	if st.Config.GetClusterId() != h.ClusterId {
+		return nil, nil, fmt.Errorf("%w: the state is of cluster %q, the header says %q", snapshotfile.ErrCorrupt, st.Config.GetClusterId(), h.ClusterId)
+	}
+	return st, ca, nil
 }
 
 // install writes the snapshot into a replica's empty Raft storage, with

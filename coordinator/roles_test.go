@@ -399,6 +399,12 @@ func TestServiceBackupExtensionRoles(t *testing.T) {
 			_, err := c.nodes.PruneImages(ctx, connect.NewRequest(&corpusv1.PruneImagesRequest{Node: "nope"}))
 			return err
 		}, opsOnly},
+		{corpusv1connect.SnapshotServiceRestoreSnapshotProcedure, func(c clients) error {
+			s := c.snap.RestoreSnapshot(ctx)
+			s.Send(&corpusv1.RestoreSnapshotRequest{}) // no header: refused after the role check
+			_, err := s.CloseAndReceive()
+			return err
+		}, opsOnly},
 		{corpusv1connect.ExtensionServiceAddExtensionProcedure, func(c clients) error {
 			_, err := c.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: &corpusv1.Extension{Name: "x", Url: "not a url"}}))
 			return err

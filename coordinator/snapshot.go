@@ -95,12 +95,10 @@ func (r *replica) latest() (*raft.SnapshotMeta, []byte, error) {
 // Relay implements snapshot.Taker: the leader's chunks are passed on as
 // they come.
 func (s *Server) Relay(ctx context.Context, req *corpusv1.SaveSnapshotRequest, send func(*corpusv1.SnapshotChunk) error) error {
-	_, addr, err := s.leaderClient()
+	c, addr, err := s.leaderSnapshots()
 	if err != nil {
 		return err
 	}
-	c := corpusv1connect.NewSnapshotServiceClient(s.peerHTTP, rpc.BaseURL(addr),
-		connect.WithInterceptors(rpc.Bearer(rpc.CoordinatorCredentialPrefix+s.store.Read().Config().GetCoordinatorKey())))
 	stream, err := c.SaveSnapshot(ctx, connect.NewRequest(req))
 	if err != nil {
 		return err
@@ -111,11 +109,26 @@ func (s *Server) Relay(ctx context.Context, req *corpusv1.SaveSnapshotRequest, s
 			return err
 		}
 	}
-	if err := stream.Err(); err != nil {
-		if connect.CodeOf(err) == connect.CodeUnavailable {
-			return fmt.Errorf("%w (the leader at %s did not answer: %v)", api.ErrNotLeader, addr, err)
-		}
-		return err
+	return leaderUnavailable(stream.Err(), addr)
+}
+
+// leaderSnapshots is a client of the leader's SnapshotService, and the
+// leader's address.
+func (s *Server) leaderSnapshots() (corpusv1connect.SnapshotServiceClient, string, error) {
+	_, addr, err := s.leaderClient()
+	if err != nil {
+		return nil, "", err
 	}
-	return nil
+	c := corpusv1connect.NewSnapshotServiceClient(s.peerHTTP, rpc.BaseURL(addr),
+		connect.WithInterceptors(rpc.Bearer(rpc.CoordinatorCredentialPrefix+s.store.Read().Config().GetCoordinatorKey())))
+	return c, addr, nil
+}
+
+// leaderUnavailable says a relayed call's leader at addr did not answer
+// as api.ErrNotLeader, which clients retry; other errors pass as they are.
+func leaderUnavailable(err error, addr string) error {
+	if connect.CodeOf(err) == connect.CodeUnavailable {
+		return fmt.Errorf("%w (the leader at %s did not answer: %v)", api.ErrNotLeader, addr, err)
+	}
+	return err
 }

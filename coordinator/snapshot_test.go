@@ -181,20 +181,10 @@ func TestRestoreRefusals(t *testing.T) {
 // by edit, sealed again with snapSecret.
 func resealed(t *testing.T, path string, edit func(*corpusv1.Snapshot)) string {
 	t.Helper()
-	h, payload, err := snapshotfile.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := snapshotfile.Open(h, payload, []byte(snapSecret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st corpusv1.Snapshot
-	if err := proto.Unmarshal(c.State, &st); err != nil {
-		t.Fatal(err)
-	}
-	edit(&st)
-	if c.State, err = proto.Marshal(&st); err != nil {
+	h, c, st := openSnapshotFile(t, path)
+	edit(st)
+	var err error
+	if c.State, err = proto.Marshal(st); err != nil {
 		t.Fatal(err)
 	}
 	k, err := snapshotfile.NewKey([]byte(snapSecret))
@@ -206,6 +196,25 @@ func resealed(t *testing.T, path string, edit func(*corpusv1.Snapshot)) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// openSnapshotFile reads and opens the snapshot file at path, sealed
+// with snapSecret: its header, its contents and the state in them.
+func openSnapshotFile(t *testing.T, path string) (*corpusv1.SnapshotHeader, *corpusv1.SnapshotContents, *corpusv1.Snapshot) {
+	t.Helper()
+	h, payload, err := snapshotfile.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := snapshotfile.Open(h, payload, []byte(snapSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &corpusv1.Snapshot{}
+	if err := proto.Unmarshal(c.State, st); err != nil {
+		t.Fatal(err)
+	}
+	return h, c, st
 }
 
 // listing names every file under dir with its size.

@@ -293,6 +293,8 @@ var Policies = map[string]auth.Policy{
 
 	// A snapshot holds the whole state: ops only (a follower relays).
 	corpusv1connect.SnapshotServiceSaveSnapshotProcedure: {auth.Operator, auth.Coordinator},
+	// A follower passes a restore on to the leader as a coordinator.
+	corpusv1connect.SnapshotServiceRestoreSnapshotProcedure: {auth.Operator, auth.Coordinator},
 }
 
 // users are every kind of user; handlers narrow what each may touch.

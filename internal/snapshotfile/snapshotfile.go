@@ -14,7 +14,8 @@
 // The client derives the key (NewKey) and hands it to the leader, which
 // seals the payload (Seal); the secret never leaves the client. A restore
 // reads the file (Read), checks its checksum and opens it with the
-// secret (Open).
+// secret (Open); a restore into a running group derives the key on the
+// client (DeriveKey) and the leader opens the payload (OpenWithKey).
 package snapshotfile
 
 import (
@@ -71,7 +72,27 @@ var (
 	ErrCorrupt = errors.New("snapshot file is damaged")
 	// ErrWrongKey: the payload does not open with the secret given.
 	ErrWrongKey = errors.New("snapshot does not open with this key")
+	// ErrOtherCluster: a restore into a running group was given a
+	// snapshot of another cluster, without force.
+	ErrOtherCluster = errors.New("snapshot of another cluster")
 )
+
+// ChunkSize is the size of a payload's chunks on the API's streams,
+// well under its bound on a message.
+const ChunkSize = 1 << 20
+
+// Chunks hands payload to send in ChunkSize parts, in order; it stops at
+// send's first error.
+func Chunks(payload []byte, send func([]byte) error) error {
+	for len(payload) > 0 {
+		n := min(len(payload), ChunkSize)
+		if err := send(payload[:n]); err != nil {
+			return err
+		}
+		payload = payload[n:]
+	}
+	return nil
+}
 
 // Key is a sealing key derived from the operator's secret, with the
 // derivation's parameters for the header.
@@ -180,13 +201,22 @@ func ReadHeader(r io.Reader) (*corpusv1.SnapshotHeader, error) {
 	if err := proto.Unmarshal(hb, h); err != nil {
 		return nil, fmt.Errorf("%w: the header does not decode (%v)", ErrCorrupt, err)
 	}
-	if h.FormatVersion > FormatVersion {
-		return nil, fmt.Errorf("%w (format %d, this corpus reads up to %d): restore it with a corpus at least as new as %s", ErrNewerFormat, h.FormatVersion, FormatVersion, h.CorpusVersion)
-	}
-	if h.FormatVersion == 0 || h.ClusterId == "" || len(h.PayloadSha256) != sha256.Size {
-		return nil, fmt.Errorf("%w: the header lacks its format, cluster id or checksum", ErrCorrupt)
+	if err := CheckHeader(h); err != nil {
+		return nil, err
 	}
 	return h, nil
+}
+
+// CheckHeader refuses a header of a newer format or one that lacks what
+// every file has.
+func CheckHeader(h *corpusv1.SnapshotHeader) error {
+	if h.FormatVersion > FormatVersion {
+		return fmt.Errorf("%w (format %d, this corpus reads up to %d): restore it with a corpus at least as new as %s", ErrNewerFormat, h.FormatVersion, FormatVersion, h.CorpusVersion)
+	}
+	if h.FormatVersion == 0 || h.ClusterId == "" || len(h.PayloadSha256) != sha256.Size {
+		return fmt.Errorf("%w: the header lacks its format, cluster id or checksum", ErrCorrupt)
+	}
+	return nil
 }
 
 // Read reads a whole snapshot file and checks its payload against the
@@ -225,6 +255,17 @@ func Verify(h *corpusv1.SnapshotHeader, payload []byte) error {
 // Open derives the key from secret as the header says and opens the
 // payload.
 func Open(h *corpusv1.SnapshotHeader, payload, secret []byte) (*corpusv1.SnapshotContents, error) {
+	key, err := DeriveKey(h, secret)
+	if err != nil {
+		return nil, err
+	}
+	return OpenWithKey(h, payload, key)
+}
+
+// DeriveKey derives the key of a file from secret as its header says:
+// what a client hands a coordinator to open the payload with, so the
+// secret stays with the client.
+func DeriveKey(h *corpusv1.SnapshotHeader, secret []byte) ([]byte, error) {
 	if h.Kdf != kdfName || h.KdfLogN == 0 || h.KdfLogN > maxLogN || h.KdfR == 0 || h.KdfP == 0 || h.KdfR*h.KdfP >= 1<<20 {
 		return nil, fmt.Errorf("%w: key derivation %q (log N %d, r %d, p %d) is not one this corpus uses", ErrCorrupt, h.Kdf, h.KdfLogN, h.KdfR, h.KdfP)
 	}
@@ -232,9 +273,14 @@ func Open(h *corpusv1.SnapshotHeader, payload, secret []byte) (*corpusv1.Snapsho
 	if err != nil {
 		return nil, fmt.Errorf("deriving the snapshot key: %w", err)
 	}
+	return key, nil
+}
+
+// OpenWithKey opens the payload with the key DeriveKey gave.
+func OpenWithKey(h *corpusv1.SnapshotHeader, payload, key []byte) (*corpusv1.SnapshotContents, error) {
 	kr, err := seal.NewKeyring(keyID, map[string][]byte{keyID: key})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrWrongKey, err)
 	}
 	plain, err := kr.Open(payload, place(h))
 	if err != nil {

@@ -197,3 +197,68 @@ func TestTokenRevokeEndsStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenRevokeEndsShell: an interactive `guest exec -it` session
+// opened with a user's token ends within a second of the revoke's
+// acknowledgement, its client saying the token was revoked, and the
+// shell it ran in the guest is gone; a session opened with the user's
+// other token goes on answering.
+func TestTokenRevokeEndsShell(t *testing.T) {
+	c := newCluster(t)
+	c.addAgent("n1")
+	c.mustCLI("guest", "create", "sh1", "--image", "busybox", "--memory", "64M", "--cpus", "0.1")
+	c.mustCLI("user", "add", "alice", "--role", "ops")
+	var toks [2]struct {
+		Token string `json:"token"`
+		Info  struct {
+			ID string `json:"id"`
+		} `json:"info"`
+	}
+	for i := range toks {
+		if err := c.json(&toks[i], "user", "token", "create", "alice", "--ttl", "1h"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(tok, mark, sleep string) *termSession {
+		s := c.startTerminal(tok, 24, 80, "guest", "exec", "-it", "sh1", "--", "sh")
+		s.send("sleep " + sleep + " & echo " + mark + "=$((40+2))\r")
+		s.expect(0, mark+"=42")
+		return s
+	}
+	revoked := open(toks[0].Token, "revoked", "4711")
+	kept := open(toks[1].Token, "kept", "4712")
+
+	c.mustCLI("user", "token", "revoke", toks[0].Info.ID)
+	acked := time.Now()
+	select {
+	case <-revoked.done:
+	case <-time.After(testrun.D(30 * time.Second)):
+		revoked.mu.Lock()
+		defer revoked.mu.Unlock()
+		t.Fatalf("the session of the revoked token is still open %s after the revoke; terminal: %q", time.Since(acked), revoked.out.String())
+	}
+	took := time.Since(acked)
+	t.Logf("the session of the revoked token ended %s after the revoke was acknowledged", took.Round(time.Millisecond))
+	if took > testrun.D(time.Second) {
+		t.Errorf("the session ended %s after the revoke, want within %s", took, testrun.D(time.Second))
+	}
+	if revoked.code == 0 {
+		t.Errorf("the session of the revoked token exited 0")
+	}
+	revoked.expect(0, "token revoked")
+
+	m := kept.expect(0, "kept=42")
+	kept.send("echo still=$((50+5))\r")
+	kept.expect(m, "still=55")
+	kept.send("exit 3\r")
+	if code := kept.exited(t); code != 3 {
+		t.Errorf("the session of the other token exited %d, want 3", code)
+	}
+	// What the revoked session ran is gone from the guest.
+	eventually(t, 15*time.Second, "the revoked session's job gone from the guest", func() error {
+		if out := c.mustCLI("guest", "exec", "sh1", "--", "ps"); strings.Contains(out, "sleep 4711") {
+			return fmt.Errorf("still running in the guest:\n%s", out)
+		}
+		return nil
+	})
+}

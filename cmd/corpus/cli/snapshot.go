@@ -20,7 +20,7 @@ import (
 // newSnapshotCmd is `corpus operator snapshot`: copies of the control
 // plane for disaster recovery.
 func newSnapshotCmd(g *Globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Short: "Save and inspect snapshots of the control plane (restore: corpus coordinator --restore)"}
+	cmd := &cobra.Command{Use: "snapshot", Short: "Save, inspect and restore snapshots of the control plane (a new group from one: corpus coordinator --restore)"}
 	var keyFile string
 	save := &cobra.Command{
 		Use:   "save FILE --key-file KEY",
@@ -31,15 +31,14 @@ and the cluster CA, which also opens the sealed-value keyring. The leader
 takes it once every committed write is applied. Everything but a short
 header is sealed with a key derived (scrypt) from the secret in KEY,
 which never leaves this machine: keep KEY apart from the snapshots. FILE
-appears whole or not at all. Restore with corpus coordinator --restore.`,
+appears whole or not at all. Restore it into the running group with
+corpus operator snapshot restore, or start a new group from it with
+corpus coordinator --restore.`,
 		Example: `  head -c 32 /dev/urandom | base64 > /root/snapshot.key
   corpus operator snapshot save /backup/corpus.snap --key-file /root/snapshot.key`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return fmt.Errorf("give the key the snapshot is sealed with: --key-file KEY (make one with: head -c 32 /dev/urandom | base64 > KEY)")
-			}
-			secret, err := snapshotfile.ReadSecret(keyFile)
+			secret, err := readSnapshotKey(keyFile)
 			if err != nil {
 				return err
 			}
@@ -76,8 +75,71 @@ appears whole or not at all. Restore with corpus coordinator --restore.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(save, inspect)
+	var force, yes bool
+	restore := &cobra.Command{
+		Use:   "restore FILE --key-file KEY [--force] [--yes]",
+		Short: "Restore a snapshot into the running group: every replica takes its state",
+		Long: `Send the snapshot in FILE to the cluster; its leader checks it (checksum,
+key, format, cluster id) and installs it through Raft, so every replica
+ends with the snapshot's state: what was written after it is gone, what
+was deleted after it is back. The group keeps its own identity: cluster
+id, CA, keys, replicas and cluster version. Guests created after the
+snapshot keep running on their nodes and are reported as orphans
+(corpus guest list --orphans), not destroyed. A snapshot of another
+cluster is refused unless --force, which takes its objects into this
+cluster (its nodes must enroll again). A damaged file, a wrong key or
+a newer format is refused and changes nothing. To start a new group
+from a snapshot instead (every replica lost): corpus coordinator --restore.`,
+		Example: `  corpus operator snapshot restore /backup/corpus.snap --key-file /root/snapshot.key`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			secret, err := readSnapshotKey(keyFile)
+			if err != nil {
+				return err
+			}
+			h, err := client.InspectSnapshot(args[0])
+			if err != nil {
+				return err
+			}
+			question := fmt.Sprintf("Replace the whole state of the cluster with the snapshot of cluster %s at raft index %d, taken %s",
+				h.ClusterId, h.RaftIndex, h.CreatedAt.AsTime().UTC().Format(time.RFC3339))
+			if err := g.confirm(cmd, yes, question); err != nil {
+				return err
+			}
+			c, err := g.Clients()
+			if err != nil {
+				return err
+			}
+			if !g.json {
+				fmt.Fprintf(g.stderr, "sending %s (%s) to the leader, which checks and installs it...\n", args[0], units.FormatSize(int64(h.PayloadSize)))
+			}
+			start := time.Now()
+			res, err := c.RestoreSnapshot(cmd.Context(), args[0], secret, force, g.byteProgress("sent"))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(res)
+			}
+			fmt.Fprintf(g.stdout, "restored index %d term %d, %d objects (snapshot of cluster %s at index %d, %s)\n",
+				res.RaftIndex, res.RaftTerm, res.Objects, res.SnapshotClusterId, res.SnapshotIndex, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	restore.Flags().StringVar(&keyFile, "key-file", "", "file holding the secret the snapshot was sealed with")
+	restore.Flags().BoolVar(&force, "force", false, "restore a snapshot of another cluster, under this cluster's identity")
+	addYes(restore, &yes)
+	cmd.AddCommand(save, inspect, restore)
 	return cmd
+}
+
+// readSnapshotKey reads the secret a snapshot is sealed with from the
+// --key-file given.
+func readSnapshotKey(keyFile string) ([]byte, error) {
+	if keyFile == "" {
+		return nil, fmt.Errorf("give the key the snapshot is sealed with: --key-file KEY (make one with: head -c 32 /dev/urandom | base64 > KEY)")
+	}
+	return snapshotfile.ReadSecret(keyFile)
 }
 
 func printSnapshotHeader(g *Globals, h *corpusv1.SnapshotHeader) {

@@ -24,6 +24,13 @@ func (s *guestService) relayShell(ctx context.Context, n *corpusv1.Node, first *
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	up := s.b.AgentClient(n).Shell(ctx)
+	// The call ends with its context (its token revoked, the coordinator
+	// stopping) while the caller's side is still open: the agent's input
+	// ends with it. Until it does, the HTTP/2 client is blocked reading
+	// that input and does not see the context end, so the session would
+	// stay open on the agent and here.
+	stop := context.AfterFunc(ctx, func() { up.CloseRequest() })
+	defer stop()
 	// A stream the agent refused says io.EOF here, and why on Receive.
 	if err := up.Send(first); err != nil && !errors.Is(err, io.EOF) {
 		return -1, api.FromAgent(n, "shell", err)

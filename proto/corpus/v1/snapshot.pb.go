@@ -7,7 +7,8 @@
 // Snapshots of the control plane: a consistent copy of the replicated
 // state and of what a restore needs beside it (the cluster CA), written
 // to a file the operator keeps (corpus operator snapshot save) and
-// restored into a new group (corpus coordinator --restore).
+// restored into a new group (corpus coordinator --restore) or into the
+// running one (corpus operator snapshot restore).
 
 package corpusv1
 
@@ -27,6 +28,189 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RestoreSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header is the file's header, on the first message only.
+	Header *SnapshotHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// key opens the payload: 32 bytes the client derived from the
+	// operator's secret with the header's key derivation; first message
+	// only. The secret itself never leaves the operator's machine.
+	Key []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// force restores a snapshot of another cluster: its objects are taken
+	// under this group's identity (cluster id, CA, keys, replicas). First
+	// message only.
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// data is the next part of the sealed payload.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotRequest) Reset() {
+	*x = RestoreSnapshotRequest{}
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotRequest) ProtoMessage() {}
+
+func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RestoreSnapshotRequest) GetHeader() *SnapshotHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RestoreSnapshotRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RestoreSnapshotRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *RestoreSnapshotRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type RestoreSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_id is the group's; snapshot_cluster_id the snapshot's (they
+	// differ only for a forced restore).
+	ClusterId         string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	SnapshotClusterId string `protobuf:"bytes,2,opt,name=snapshot_cluster_id,json=snapshotClusterId,proto3" json:"snapshot_cluster_id,omitempty"`
+	// snapshot_index is the Raft index the snapshot was taken at.
+	SnapshotIndex uint64 `protobuf:"varint,3,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	// raft_index and raft_term are where the group installed it.
+	RaftIndex uint64 `protobuf:"varint,4,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
+	RaftTerm  uint64 `protobuf:"varint,5,opt,name=raft_term,json=raftTerm,proto3" json:"raft_term,omitempty"`
+	// counts of the objects restored per kind, and their total.
+	Counts  map[string]uint64 `protobuf:"bytes,6,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Objects uint64            `protobuf:"varint,7,opt,name=objects,proto3" json:"objects,omitempty"`
+	// restore_id names the restore to agents: guests they run that were
+	// created after the snapshot are kept and reported, not destroyed.
+	RestoreId     string `protobuf:"bytes,8,opt,name=restore_id,json=restoreId,proto3" json:"restore_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotResponse) Reset() {
+	*x = RestoreSnapshotResponse{}
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotResponse) ProtoMessage() {}
+
+func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RestoreSnapshotResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *RestoreSnapshotResponse) GetSnapshotClusterId() string {
+	if x != nil {
+		return x.SnapshotClusterId
+	}
+	return ""
+}
+
+func (x *RestoreSnapshotResponse) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetRaftTerm() uint64 {
+	if x != nil {
+		return x.RaftTerm
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetCounts() map[string]uint64 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *RestoreSnapshotResponse) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetRestoreId() string {
+	if x != nil {
+		return x.RestoreId
+	}
+	return ""
+}
+
 type SaveSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key seals the payload: 32 bytes the client derived from the
@@ -39,7 +223,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[0]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +235,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[0]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +248,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{0}
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SaveSnapshotRequest) GetKey() []byte {
@@ -86,7 +270,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[1]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +282,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[1]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +295,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{1}
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SnapshotChunk) GetHeader() *SnapshotHeader {
@@ -158,7 +342,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[2]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +354,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[2]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +367,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{2}
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotHeader) GetFormatVersion() uint32 {
@@ -299,7 +483,7 @@ type SnapshotContents struct {
 
 func (x *SnapshotContents) Reset() {
 	*x = SnapshotContents{}
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[3]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +495,7 @@ func (x *SnapshotContents) String() string {
 func (*SnapshotContents) ProtoMessage() {}
 
 func (x *SnapshotContents) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_snapshot_proto_msgTypes[3]
+	mi := &file_corpus_v1_snapshot_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +508,7 @@ func (x *SnapshotContents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotContents.ProtoReflect.Descriptor instead.
 func (*SnapshotContents) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{3}
+	return file_corpus_v1_snapshot_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotContents) GetState() []byte {
@@ -352,7 +536,27 @@ var File_corpus_v1_snapshot_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
-	"\x18corpus/v1/snapshot.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"'\n" +
+	"\x18corpus/v1/snapshot.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x01\n" +
+	"\x16RestoreSnapshotRequest\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.corpus.v1.SnapshotHeaderR\x06header\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\x87\x03\n" +
+	"\x17RestoreSnapshotResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12.\n" +
+	"\x13snapshot_cluster_id\x18\x02 \x01(\tR\x11snapshotClusterId\x12%\n" +
+	"\x0esnapshot_index\x18\x03 \x01(\x04R\rsnapshotIndex\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\x04 \x01(\x04R\traftIndex\x12\x1b\n" +
+	"\traft_term\x18\x05 \x01(\x04R\braftTerm\x12F\n" +
+	"\x06counts\x18\x06 \x03(\v2..corpus.v1.RestoreSnapshotResponse.CountsEntryR\x06counts\x12\x18\n" +
+	"\aobjects\x18\a \x01(\x04R\aobjects\x12\x1d\n" +
+	"\n" +
+	"restore_id\x18\b \x01(\tR\trestoreId\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"'\n" +
 	"\x13SaveSnapshotRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"V\n" +
 	"\rSnapshotChunk\x121\n" +
@@ -383,9 +587,10 @@ const file_corpus_v1_snapshot_proto_rawDesc = "" +
 	"\x10SnapshotContents\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\fR\x05state\x12\x17\n" +
 	"\aca_cert\x18\x02 \x01(\fR\x06caCert\x12\x15\n" +
-	"\x06ca_key\x18\x03 \x01(\fR\x05caKey2]\n" +
+	"\x06ca_key\x18\x03 \x01(\fR\x05caKey2\xb9\x01\n" +
 	"\x0fSnapshotService\x12J\n" +
-	"\fSaveSnapshot\x12\x1e.corpus.v1.SaveSnapshotRequest\x1a\x18.corpus.v1.SnapshotChunk0\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
+	"\fSaveSnapshot\x12\x1e.corpus.v1.SaveSnapshotRequest\x1a\x18.corpus.v1.SnapshotChunk0\x01\x12Z\n" +
+	"\x0fRestoreSnapshot\x12!.corpus.v1.RestoreSnapshotRequest\x1a\".corpus.v1.RestoreSnapshotResponse(\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
 var (
 	file_corpus_v1_snapshot_proto_rawDescOnce sync.Once
@@ -399,26 +604,33 @@ func file_corpus_v1_snapshot_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_snapshot_proto_rawDescData
 }
 
-var file_corpus_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_corpus_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_corpus_v1_snapshot_proto_goTypes = []any{
-	(*SaveSnapshotRequest)(nil),   // 0: corpus.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),         // 1: corpus.v1.SnapshotChunk
-	(*SnapshotHeader)(nil),        // 2: corpus.v1.SnapshotHeader
-	(*SnapshotContents)(nil),      // 3: corpus.v1.SnapshotContents
-	nil,                           // 4: corpus.v1.SnapshotHeader.CountsEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*RestoreSnapshotRequest)(nil),  // 0: corpus.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil), // 1: corpus.v1.RestoreSnapshotResponse
+	(*SaveSnapshotRequest)(nil),     // 2: corpus.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),           // 3: corpus.v1.SnapshotChunk
+	(*SnapshotHeader)(nil),          // 4: corpus.v1.SnapshotHeader
+	(*SnapshotContents)(nil),        // 5: corpus.v1.SnapshotContents
+	nil,                             // 6: corpus.v1.RestoreSnapshotResponse.CountsEntry
+	nil,                             // 7: corpus.v1.SnapshotHeader.CountsEntry
+	(*timestamppb.Timestamp)(nil),   // 8: google.protobuf.Timestamp
 }
 var file_corpus_v1_snapshot_proto_depIdxs = []int32{
-	2, // 0: corpus.v1.SnapshotChunk.header:type_name -> corpus.v1.SnapshotHeader
-	5, // 1: corpus.v1.SnapshotHeader.created_at:type_name -> google.protobuf.Timestamp
-	4, // 2: corpus.v1.SnapshotHeader.counts:type_name -> corpus.v1.SnapshotHeader.CountsEntry
-	0, // 3: corpus.v1.SnapshotService.SaveSnapshot:input_type -> corpus.v1.SaveSnapshotRequest
-	1, // 4: corpus.v1.SnapshotService.SaveSnapshot:output_type -> corpus.v1.SnapshotChunk
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 0: corpus.v1.RestoreSnapshotRequest.header:type_name -> corpus.v1.SnapshotHeader
+	6, // 1: corpus.v1.RestoreSnapshotResponse.counts:type_name -> corpus.v1.RestoreSnapshotResponse.CountsEntry
+	4, // 2: corpus.v1.SnapshotChunk.header:type_name -> corpus.v1.SnapshotHeader
+	8, // 3: corpus.v1.SnapshotHeader.created_at:type_name -> google.protobuf.Timestamp
+	7, // 4: corpus.v1.SnapshotHeader.counts:type_name -> corpus.v1.SnapshotHeader.CountsEntry
+	2, // 5: corpus.v1.SnapshotService.SaveSnapshot:input_type -> corpus.v1.SaveSnapshotRequest
+	0, // 6: corpus.v1.SnapshotService.RestoreSnapshot:input_type -> corpus.v1.RestoreSnapshotRequest
+	3, // 7: corpus.v1.SnapshotService.SaveSnapshot:output_type -> corpus.v1.SnapshotChunk
+	1, // 8: corpus.v1.SnapshotService.RestoreSnapshot:output_type -> corpus.v1.RestoreSnapshotResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_snapshot_proto_init() }
@@ -432,7 +644,7 @@ func file_corpus_v1_snapshot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_snapshot_proto_rawDesc), len(file_corpus_v1_snapshot_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

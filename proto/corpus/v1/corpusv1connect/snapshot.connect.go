@@ -5,7 +5,8 @@
 // Snapshots of the control plane: a consistent copy of the replicated
 // state and of what a restore needs beside it (the cluster CA), written
 // to a file the operator keeps (corpus operator snapshot save) and
-// restored into a new group (corpus coordinator --restore).
+// restored into a new group (corpus coordinator --restore) or into the
+// running one (corpus operator snapshot restore).
 package corpusv1connect
 
 import (
@@ -40,6 +41,9 @@ const (
 	// SnapshotServiceSaveSnapshotProcedure is the fully-qualified name of the SnapshotService's
 	// SaveSnapshot RPC.
 	SnapshotServiceSaveSnapshotProcedure = "/corpus.v1.SnapshotService/SaveSnapshot"
+	// SnapshotServiceRestoreSnapshotProcedure is the fully-qualified name of the SnapshotService's
+	// RestoreSnapshot RPC.
+	SnapshotServiceRestoreSnapshotProcedure = "/corpus.v1.SnapshotService/RestoreSnapshot"
 )
 
 // SnapshotServiceClient is a client for the corpus.v1.SnapshotService service.
@@ -48,6 +52,12 @@ type SnapshotServiceClient interface {
 	// the call on): the first chunk carries the header, the next ones the
 	// sealed payload.
 	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error)
+	// RestoreSnapshot installs a snapshot file into the running group
+	// through Raft, so every replica ends with its state (a follower passes
+	// the call on). The first message carries the file's header, the key
+	// and the options, the next ones the sealed payload as the file holds
+	// it, in chunks under the API's bound on a message (4 MiB).
+	RestoreSnapshot(context.Context) *connect.ClientStreamForClient[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse]
 }
 
 // NewSnapshotServiceClient constructs a client for the corpus.v1.SnapshotService service. By
@@ -67,17 +77,29 @@ func NewSnapshotServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(snapshotServiceMethods.ByName("SaveSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		restoreSnapshot: connect.NewClient[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse](
+			httpClient,
+			baseURL+SnapshotServiceRestoreSnapshotProcedure,
+			connect.WithSchema(snapshotServiceMethods.ByName("RestoreSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // snapshotServiceClient implements SnapshotServiceClient.
 type snapshotServiceClient struct {
-	saveSnapshot *connect.Client[v1.SaveSnapshotRequest, v1.SnapshotChunk]
+	saveSnapshot    *connect.Client[v1.SaveSnapshotRequest, v1.SnapshotChunk]
+	restoreSnapshot *connect.Client[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse]
 }
 
 // SaveSnapshot calls corpus.v1.SnapshotService.SaveSnapshot.
 func (c *snapshotServiceClient) SaveSnapshot(ctx context.Context, req *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error) {
 	return c.saveSnapshot.CallServerStream(ctx, req)
+}
+
+// RestoreSnapshot calls corpus.v1.SnapshotService.RestoreSnapshot.
+func (c *snapshotServiceClient) RestoreSnapshot(ctx context.Context) *connect.ClientStreamForClient[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse] {
+	return c.restoreSnapshot.CallClientStream(ctx)
 }
 
 // SnapshotServiceHandler is an implementation of the corpus.v1.SnapshotService service.
@@ -86,6 +108,12 @@ type SnapshotServiceHandler interface {
 	// the call on): the first chunk carries the header, the next ones the
 	// sealed payload.
 	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error
+	// RestoreSnapshot installs a snapshot file into the running group
+	// through Raft, so every replica ends with its state (a follower passes
+	// the call on). The first message carries the file's header, the key
+	// and the options, the next ones the sealed payload as the file holds
+	// it, in chunks under the API's bound on a message (4 MiB).
+	RestoreSnapshot(context.Context, *connect.ClientStream[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error)
 }
 
 // NewSnapshotServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -101,10 +129,18 @@ func NewSnapshotServiceHandler(svc SnapshotServiceHandler, opts ...connect.Handl
 		connect.WithSchema(snapshotServiceMethods.ByName("SaveSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	snapshotServiceRestoreSnapshotHandler := connect.NewClientStreamHandler(
+		SnapshotServiceRestoreSnapshotProcedure,
+		svc.RestoreSnapshot,
+		connect.WithSchema(snapshotServiceMethods.ByName("RestoreSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.SnapshotService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SnapshotServiceSaveSnapshotProcedure:
 			snapshotServiceSaveSnapshotHandler.ServeHTTP(w, r)
+		case SnapshotServiceRestoreSnapshotProcedure:
+			snapshotServiceRestoreSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -116,4 +152,8 @@ type UnimplementedSnapshotServiceHandler struct{}
 
 func (UnimplementedSnapshotServiceHandler) SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.SnapshotService.SaveSnapshot is not implemented"))
+}
+
+func (UnimplementedSnapshotServiceHandler) RestoreSnapshot(context.Context, *connect.ClientStream[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.SnapshotService.RestoreSnapshot is not implemented"))
 }

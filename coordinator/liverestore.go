@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"corpus/coordinator/api/snapshot"
+	"corpus/coordinator/compat"
+	"corpus/internal/pki"
+	"corpus/internal/seal"
+	"corpus/internal/secret"
+	"corpus/internal/snapshotfile"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// Restore into the running group (corpus operator snapshot restore): the
+// leader installs the snapshot's state through Raft's user restore, so
+// every replica takes it, at an index past every entry the group had.
+// The group keeps what makes it this group: its cluster id, CA, keys
+// (operator token, agent and coordinator keys), replicas and cluster
+// version (which never goes down). A snapshot of another cluster is
+// refused unless forced; forced, its objects are taken under this
+// group's identity, its keyring wrapped again for this group's CA, and
+// its nodes, whose certificates another CA issued, enroll again. As
+// with --restore, agents keep and report the guests created after the
+// snapshot instead of destroying them (agent/orphans.go).
+
+var _ snapshot.Restorer = (*Server)(nil)
+
+// restoreIndexGap is how far past the log's last index a restore is
+// installed: Raft installs it after every entry logged by then, and
+// entries proposed while the restore waits its turn take fewer indexes
+// than this, so the index written into the state is the one Raft gives.
+const restoreIndexGap = 1024
+
+// Restore implements snapshot.Restorer.
+func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *corpusv1.SnapshotContents, force bool) (*corpusv1.RestoreSnapshotResponse, error) {
+	if !s.replica.isLeader() {
+		return nil, s.replica.notLeader()
+	}
+	st, ca, err := decodeSnapshot(h, c)
+	if err != nil {
+		return nil, err
+	}
+	view := s.store.Read()
+	group := view.Config()
+	if h.ClusterId != group.GetClusterId() && !force {
+		return nil, fmt.Errorf("%w: the snapshot is of cluster %s, this group is cluster %s; nothing changed (to take its objects into this cluster anyway, under this cluster's identity, give --force)",
+			snapshotfile.ErrOtherCluster, h.ClusterId, group.GetClusterId())
+	}
+	if st.Keyring != nil && !bytes.Equal(c.CaCert, s.certs.auth.CertPEM) {
+		if err := rewrapKeyring(st.Keyring, ca, s.certs.auth); err != nil {
+			return nil, err
+		}
+	}
+	restoreID := secret.Hex(8)
+	cfg := st.Config
+	cfg.ClusterId, cfg.OpsTokenHash, cfg.AgentKey, cfg.CoordinatorKey = group.ClusterId, group.OpsTokenHash, group.AgentKey, group.CoordinatorKey
+	cfg.Restore = &corpusv1.Restore{Id: restoreID, SnapshotIndex: h.RaftIndex}
+	st.Coordinators = view.Coordinators()
+	if cv, _ := compat.Parse(st.ClusterVersion); cv.Less(view.ClusterVersion()) {
+		st.ClusterVersion = view.ClusterVersion().String()
+	}
+	if now := s.store.ClusterTime(); now != nil && (st.AppliedTime == nil || st.AppliedTime.AsTime().Before(now.AsTime())) {
+		st.AppliedTime = now
+	}
+	// The restore's own index: blocking reads and watches see the state
+	// move forward, and a keyring opened before is opened again.
+	last := s.replica.raft.LastIndex() + restoreIndexGap
+	index := last + 1
+	st.Index, st.AppliedIndex = index, index
+	if st.Keyring != nil {
+		st.Keyring.ModifyIndex = index
+	}
+	data, err := proto.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	counted, err := snapshotfile.NewHeader(index, 0, data, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	timeout := 2 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: last, Term: h.RaftTerm, Size: int64(len(data))}
+	if err := s.replica.raft.Restore(meta, bytes.NewReader(data), timeout); err != nil {
+		return nil, fmt.Errorf("installing the snapshot through raft: %w", err)
+	}
+	if got := s.store.Applied(); got < index {
+		return nil, fmt.Errorf("the snapshot was installed, and this replica's state is at index %d, not %d", got, index)
+	}
+	res := &corpusv1.RestoreSnapshotResponse{
+		ClusterId: group.ClusterId, SnapshotClusterId: h.ClusterId, SnapshotIndex: h.RaftIndex,
+		RaftIndex: index, RaftTerm: s.replica.raft.CurrentTerm(), Counts: counted.Counts, RestoreId: restoreID,
+	}
+	for _, n := range counted.Counts {
+		res.Objects += n
+	}
+	s.logger.Warn("restored a snapshot into the running group", "cluster_id", group.ClusterId, "snapshot_cluster_id", h.ClusterId,
+		"snapshot_index", h.RaftIndex, "raft_index", index, "objects", res.Objects, "restore_id", restoreID, "taken_by", h.CorpusVersion)
+	return res, nil
+}
+
+// rewrapKeyring wraps the keyring's data keys, wrapped for the CA from,
+// for the CA to: the sealed values of the state open with to's key.
+func rewrapKeyring(kr *corpusv1.Keyring, from, to *pki.CA) error {
+	fromKEK, err := from.SealKEK()
+	if err != nil {
+		return fmt.Errorf("the snapshot's CA key: %w", err)
+	}
+	toKEK, err := to.SealKEK()
+	if err != nil {
+		return fmt.Errorf("this coordinator cannot wrap the snapshot's keyring for the cluster CA (%w): restore through a replica that holds the CA key", err)
+	}
+	for _, k := range kr.Keys {
+		key, err := seal.Unwrap(fromKEK, k.Wrapped, k.Id)
+		if err != nil {
+			return fmt.Errorf("%w: the snapshot's keyring does not open with its CA (%v)", snapshotfile.ErrCorrupt, err)
+		}
+		if k.Wrapped, err = seal.Wrap(toKEK, key, k.Id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RelayRestore implements snapshot.Restorer.
+func (s *Server) RelayRestore(ctx context.Context, first *corpusv1.RestoreSnapshotRequest, payload []byte) (*corpusv1.RestoreSnapshotResponse, error) {
+	c, addr, err := s.leaderSnapshots()
+	if err != nil {
+		return nil, err
+	}
+	stream := c.RestoreSnapshot(ctx)
+	err = stream.Send(first)
+	if err == nil {
+		err = snapshotfile.Chunks(payload, func(b []byte) error { return stream.Send(&corpusv1.RestoreSnapshotRequest{Data: b}) })
+	}
+	res, cerr := stream.CloseAndReceive()
+	if cerr != nil {
+		return nil, leaderUnavailable(cerr, addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
