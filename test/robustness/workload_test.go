@@ -376,17 +376,32 @@ func (w *workload) lost(r *replica) ([]string, error) {
 
 // datedInOrder checks that the cluster's time never went back: a guest
 // created later (by Raft index) is not dated earlier, whatever the clock
-// of the leader that wrote it said.
+// of the leader that wrote it said. Guests created in one batch entry
+// share its index; the state machine dates them in their order within
+// it, which a guest does not record, so they are compared only with
+// guests of earlier entries.
 func datedInOrder(views []*corpusv1.GetGuestResponse) error {
 	gs := make([]*corpusv1.Guest, 0, len(views))
 	for _, v := range views {
 		gs = append(gs, v.GetGuest())
 	}
 	slices.SortFunc(gs, func(a, b *corpusv1.Guest) int { return cmp.Compare(a.GetCreateIndex(), b.GetCreateIndex()) })
-	for i := 1; i < len(gs); i++ {
-		if a, b := gs[i-1], gs[i]; b.GetCreatedAt().AsTime().Before(a.GetCreatedAt().AsTime()) {
+	// latest is the latest-dated guest of the entries before the
+	// current one; entry the latest-dated of the current entry so far.
+	var latest, entry *corpusv1.Guest
+	for _, g := range gs {
+		if entry != nil && entry.GetCreateIndex() != g.GetCreateIndex() {
+			if latest == nil || entry.GetCreatedAt().AsTime().After(latest.GetCreatedAt().AsTime()) {
+				latest = entry
+			}
+			entry = nil
+		}
+		if latest != nil && g.GetCreatedAt().AsTime().Before(latest.GetCreatedAt().AsTime()) {
 			return fmt.Errorf("the cluster's time went back: guest %s (index %d) is dated %s, before guest %s (index %d, %s)",
-				b.GetName(), b.GetCreateIndex(), b.GetCreatedAt().AsTime(), a.GetName(), a.GetCreateIndex(), a.GetCreatedAt().AsTime())
+				g.GetName(), g.GetCreateIndex(), g.GetCreatedAt().AsTime(), latest.GetName(), latest.GetCreateIndex(), latest.GetCreatedAt().AsTime())
+		}
+		if entry == nil || g.GetCreatedAt().AsTime().After(entry.GetCreatedAt().AsTime()) {
+			entry = g
 		}
 	}
 	return nil
