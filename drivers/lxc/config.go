@@ -1,10 +1,6 @@
 package lxc
 
-import (
-	"log/slog"
-
-	"github.com/google/go-containerregistry/pkg/authn"
-)
+import "log/slog"
 
 // Name is the driver's registered name.
 const Name = "lxc"
@@ -31,9 +27,6 @@ type Config struct {
 	// images may be pulled from over plain HTTP; registries on a
 	// loopback address always may.
 	InsecureRegistries []string
-	// Keychain gives OCI pulls the credentials of registries; nil pulls
-	// anonymously.
-	Keychain authn.Keychain
 	// ImageCacheMax caps the images the driver keeps (see
 	// cache_linux.go): a size ("20G"), a share of the file system
 	// holding Path ("25%"), or "0" for no cap; empty is

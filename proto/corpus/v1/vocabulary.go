@@ -212,13 +212,12 @@ const (
 	OnGuestUpdate   = "guest.update"
 	OnProjectCreate = "project.create"
 	OnServiceCreate = "service.create"
-	OnImageDeploy   = "image.deploy"
 	OnDeploy        = "deploy"
 )
 
 // ExtensionEvents are the writes extensions are called for, in the order
 // the docs list them.
-var ExtensionEvents = []string{OnGuestCreate, OnGuestUpdate, OnProjectCreate, OnServiceCreate, OnImageDeploy, OnDeploy}
+var ExtensionEvents = []string{OnGuestCreate, OnGuestUpdate, OnProjectCreate, OnServiceCreate, OnDeploy}
 
 // Kinds of extensions (Extension.kind).
 const (
