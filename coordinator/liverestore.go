@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,8 +12,7 @@ import (
 
 	"corpus/coordinator/api/snapshot"
 	"corpus/coordinator/compat"
-	"corpus/internal/pki"
-	"corpus/internal/seal"
+	"corpus/coordinator/keyring"
 	"corpus/internal/secret"
 	"corpus/internal/snapshotfile"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -54,7 +54,9 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 			snapshotfile.ErrOtherCluster, h.ClusterId, group.GetClusterId())
 	}
 	if st.Keyring != nil && !bytes.Equal(c.CaCert, s.certs.auth.CertPEM) {
-		if err := rewrapKeyring(st.Keyring, ca, s.certs.auth); err != nil {
+		if err := keyring.Rewrap(st.Keyring, ca, s.certs.auth); errors.Is(err, keyring.ErrWrongKEK) {
+			return nil, fmt.Errorf("%w: the snapshot's keyring does not open with its CA (%v)", snapshotfile.ErrCorrupt, err)
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -106,29 +108,6 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 	s.logger.Warn("restored a snapshot into the running group", "cluster_id", group.ClusterId, "snapshot_cluster_id", h.ClusterId,
 		"snapshot_index", h.RaftIndex, "raft_index", index, "objects", res.Objects, "restore_id", restoreID, "taken_by", h.CorpusVersion)
 	return res, nil
-}
-
-// rewrapKeyring wraps the keyring's data keys, wrapped for the CA from,
-// for the CA to: the sealed values of the state open with to's key.
-func rewrapKeyring(kr *corpusv1.Keyring, from, to *pki.CA) error {
-	fromKEK, err := from.SealKEK()
-	if err != nil {
-		return fmt.Errorf("the snapshot's CA key: %w", err)
-	}
-	toKEK, err := to.SealKEK()
-	if err != nil {
-		return fmt.Errorf("this coordinator cannot wrap the snapshot's keyring for the cluster CA (%w): restore through a replica that holds the CA key", err)
-	}
-	for _, k := range kr.Keys {
-		key, err := seal.Unwrap(fromKEK, k.Wrapped, k.Id)
-		if err != nil {
-			return fmt.Errorf("%w: the snapshot's keyring does not open with its CA (%v)", snapshotfile.ErrCorrupt, err)
-		}
-		if k.Wrapped, err = seal.Wrap(toKEK, key, k.Id); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // RelayRestore implements snapshot.Restorer.

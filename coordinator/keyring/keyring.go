@@ -78,6 +78,33 @@ func (r *Ring) Open(view *state.Snap) (*seal.Keyring, error) {
 	return k, nil
 }
 
+// ErrWrongKEK: a keyring's data keys do not open with the CA given.
+var ErrWrongKEK = errors.New("the keyring does not open with that CA's key")
+
+// Rewrap wraps the data keys of kr, wrapped for the CA from, for the CA
+// to, so that the sealed values kr opens open with to's key (a snapshot
+// of another cluster restored into this one).
+func Rewrap(kr *corpusv1.Keyring, from, to *pki.CA) error {
+	fromKEK, err := from.SealKEK()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrWrongKEK, err)
+	}
+	toKEK, err := to.SealKEK()
+	if err != nil {
+		return fmt.Errorf("this coordinator cannot wrap the keyring for the cluster CA (%w): restore through a replica that holds the CA key", err)
+	}
+	for _, k := range kr.Keys {
+		key, err := seal.Unwrap(fromKEK, k.Wrapped, k.Id)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrWrongKEK, err)
+		}
+		if k.Wrapped, err = seal.Wrap(toKEK, key, k.Id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *Ring) kek() ([]byte, error) {
 	if r.ca == nil {
 		return nil, errNoKEK
