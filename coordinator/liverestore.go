@@ -83,6 +83,9 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRestore(data); err != nil {
+		return nil, err
+	}
 	counted, err := snapshotfile.NewHeader(index, 0, data, time.Now())
 	if err != nil {
 		return nil, err

@@ -58,8 +58,9 @@ func fileObjects(t *testing.T, path string) string {
 // (through a follower) leaves every replica with exactly the snapshot's
 // objects, what was written after it gone and what was deleted after it
 // back; the group keeps its replicas; writes work after, and the state
-// survives a change of leader. A damaged file and another cluster's
-// snapshot are refused and change nothing.
+// survives a change of leader. A damaged file, another cluster's
+// snapshot and a state no replica can take are refused and change
+// nothing.
 func TestLiveRestore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -115,13 +116,19 @@ func TestLiveRestore(t *testing.T) {
 		t.Fatal("the writes after the snapshot changed nothing")
 	}
 
-	// Refused: a damaged file, a wrong key, another cluster's snapshot.
+	// Refused: a damaged file, a wrong key, another cluster's snapshot, a
+	// state that does not restore.
 	raw, _ := os.ReadFile(path)
 	damaged := append([]byte(nil), raw...)
 	damaged[len(damaged)-10] ^= 0xff
 	other := start(t, t.TempDir())
 	otherPath, _ := saveSnapshot(t, other, snapSecret)
 	otherRaw, _ := os.ReadFile(otherPath)
+	// Sealed right, its state one that no replica's state machine takes
+	// (a guest without an id): Raft would panic a replica it gave it to.
+	unrestorable, _ := os.ReadFile(resealed(t, path, func(st *corpusv1.Snapshot) {
+		st.Guests = append(st.Guests, &corpusv1.Guest{Name: "idless", Spec: &corpusv1.GuestSpec{Image: "busybox"}})
+	}))
 	f := rs.follower()
 	for _, tc := range []struct {
 		name string
@@ -133,6 +140,7 @@ func TestLiveRestore(t *testing.T) {
 		{"damaged", damaged, snapSecret, connect.CodeInvalidArgument, "SHA-256"},
 		{"wrong key", raw, "not the passphrase it was saved with", connect.CodeInvalidArgument, "give the key file"},
 		{"another cluster", otherRaw, snapSecret, connect.CodeFailedPrecondition, "--force"},
+		{"unrestorable", unrestorable, snapSecret, connect.CodeInvalidArgument, "does not restore"},
 	} {
 		// Sent as is, the client's own checks skipped: the leader checks.
 		_, err := restoreRaw(t, rs.ops(f), tc.file, tc.key, false)

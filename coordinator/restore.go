@@ -91,6 +91,9 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRestore(state); err != nil {
+		return nil, refuse("%w", err)
+	}
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating tls folder: %w", err)
 	}
@@ -98,6 +101,15 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 		return nil, err
 	}
 	return &restoring{header: h, state: state, logger: logger}, nil
+}
+
+// checkRestore is nil when a replica's state machine takes data (see
+// state.CheckRestore), else snapshotfile.ErrCorrupt saying why not.
+func checkRestore(data []byte) error {
+	if err := state.CheckRestore(data); err != nil {
+		return fmt.Errorf("%w: its state does not restore (%v)", snapshotfile.ErrCorrupt, err)
+	}
+	return nil
 }
 
 // decodeSnapshot decodes an opened snapshot file's state and CA, and

@@ -122,8 +122,8 @@ func TestSnapshotRestore(t *testing.T) {
 	})
 }
 
-// TestRestoreRefusals: a wrong key, a damaged file or a data folder of
-// another cluster is refused with an error saying which, and the data
+// TestRestoreRefusals: a wrong key, a damaged file, a state the state
+// machine does not take or a data folder of another cluster is refused with an error saying which, and the data
 // folder is left as it was.
 func TestRestoreRefusals(t *testing.T) {
 	t.Parallel()
@@ -137,6 +137,9 @@ func TestRestoreRefusals(t *testing.T) {
 	truncated := filepath.Join(t.TempDir(), "truncated.snap")
 	os.WriteFile(truncated, raw[:len(raw)-100], 0o600)
 	newer := resealed(t, path, func(st *corpusv1.Snapshot) { st.ClusterVersion = "v99.0" })
+	idless := resealed(t, path, func(st *corpusv1.Snapshot) {
+		st.Guests = append(st.Guests, &corpusv1.Guest{Name: "idless", Spec: &corpusv1.GuestSpec{Image: "busybox"}})
+	})
 	other := start(t, t.TempDir()) // another cluster's replica
 	if err := other.stop(); err != nil {
 		t.Fatal(err)
@@ -150,6 +153,7 @@ func TestRestoreRefusals(t *testing.T) {
 		{"truncated", truncated, good, "", snapshotfile.ErrCorrupt, "truncated"},
 		{"no key", path, "", "", coordinator.ErrRestoreRefused, "--restore-key-file"},
 		{"newer cluster version", newer, good, "", snapshotfile.ErrNewerFormat, "run v99.0 or later"},
+		{"a state that does not restore", idless, good, "", snapshotfile.ErrCorrupt, "object missing primary index"},
 		{"another cluster's folder", path, good, other.dir, coordinator.ErrRestoreRefused, "belongs to another cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
