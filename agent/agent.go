@@ -291,6 +291,7 @@ type Agent struct {
 	known    bool                      // desired came from the coordinator or the cache
 	orphans  map[string]string         // guests a restored cluster does not know (orphans.go)
 	restore  string                    // id of the cluster's last restore the watch said
+	index    uint64                    // the state index of desired (watch.go: staleDesired)
 	workers  map[string]*guests.Worker // by guest id
 	observed map[string]*corpusv1.GuestObserved
 

@@ -36,6 +36,9 @@ func (a *Agent) watchLoop(ctx context.Context) {
 				idle.Reset(watchIdle)
 				backoff = 250 * time.Millisecond
 				msg := stream.Msg()
+				if a.staleDesired(msg, addr) {
+					continue
+				}
 				a.noteRestore(msg)
 				if err := a.cache.SetDesired(msg); err != nil {
 					a.logger.Warn("caching desired state", "error", err)
@@ -88,6 +91,24 @@ func (a *Agent) restartWatch() {
 	}
 }
 
+// staleDesired reports whether msg is older than the desired state the
+// agent holds, and says so: within one history of the cluster (the same
+// last restore) the state's index only grows, and a coordinator replica
+// that still replays its log, or a follower that lags, must not make
+// the agent remove the guests its older state lacks. The agent keeps
+// what it holds; the stream sends the newer state once the replica has
+// it. (Coordinators hold the stream until they have caught up, so this
+// is the second guard, for replicas older than that.)
+func (a *Agent) staleDesired(msg *corpusv1.WatchResponse, from string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.known || msg.GetRestore().GetId() != a.restore || msg.Index >= a.index {
+		return false
+	}
+	a.logger.Warn("ignoring a desired state older than the one held", "coordinator", from, "index", msg.Index, "held_index", a.index)
+	return true
+}
+
 // setDesired replaces the desired state and wakes the reconcile loop.
 func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	m := make(map[string]*corpusv1.Guest, len(msg.Guests))
@@ -99,6 +120,7 @@ func (a *Agent) setDesired(msg *corpusv1.WatchResponse) {
 	a.vols.Set(msg.Volumes)
 	a.mu.Lock()
 	a.desired = m
+	a.index = msg.Index
 	a.restore = msg.GetRestore().GetId()
 	if msg.Node != nil {
 		a.node = msg.Node

@@ -465,3 +465,45 @@ func TestPassOnWhenElected(t *testing.T) {
 		t.Errorf("record %s not in the state after PassOn", rec.Key)
 	}
 }
+
+// TestWatchWaitsForTheGroup: a replica serves a node's desired state only
+// once it has caught up with the group. One left alone (the others
+// stopped) answers Unavailable, however much state it holds: it cannot
+// tell that state is current, and a node told an older one would remove
+// the guests it lacks (seen: a coordinator restarted under load served
+// its state while it replayed its log, and its node destroyed a running
+// guest and its volume, then made it again).
+func TestWatchWaitsForTheGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := startGroup(t, 3)
+	lead := rs.leader()
+	a := rs.reps[lead].enroll("n1")
+	a.report(t)
+	if _, err := rs.ops(lead).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "keep",
+		Spec: &corpusv1.GuestSpec{Image: "busybox", Resources: &corpusv1.Resources{CpuMillis: 50, MemoryBytes: 64 << 20}}})); err != nil {
+		t.Fatal(err)
+	}
+	left := rs.follower()
+	rs.reps[left].waitFor("keep placed on n1", func(v *state.Snap) bool {
+		g := v.GuestByName("keep")
+		return g != nil && g.NodeId == a.id
+	})
+	via := rs.reps[left].clientsAs(a.cert, "")
+	if err := firstMessage(via.agent.Watch(ctx, connect.NewRequest(&corpusv1.WatchRequest{}))); err != nil {
+		t.Fatalf("Watch through follower %s while the group stands = %v", left, err)
+	}
+	for id, r := range rs.reps {
+		if id != left {
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, testrun.D(30*time.Second))
+	defer cancel()
+	err := firstMessage(via.agent.Watch(wctx, connect.NewRequest(&corpusv1.WatchRequest{})))
+	if code := connect.CodeOf(err); err == nil || (code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded) {
+		t.Errorf("Watch through %s, alone = %v; want no desired state, unavailable", left, err)
+	}
+}

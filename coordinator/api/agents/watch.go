@@ -33,9 +33,19 @@ const peerEvery = time.Second
 // that moves only when the list does; a stream woken by the table alone
 // compares that version, at most every peerEvery, and rebuilds nothing
 // of its own. A stream sends only what differs from what it sent last
-// (or everything again after watchRefresh).
+// (or everything again after watchRefresh). It begins once this replica
+// has caught up with the group.
 func (s *Service) Watch(ctx context.Context, _ *connect.Request[corpusv1.WatchRequest], stream *connect.ServerStream[corpusv1.WatchResponse]) error {
 	p := auth.FromContext(ctx)
+	// A replica that just started serves the state it has applied while
+	// it replays its log, and a follower may lag: a node told that older
+	// state would remove the guests it lacks. The stream begins once this
+	// replica holds every write acknowledged before it was opened (or
+	// answers why it cannot, and the agent tries again, its guests
+	// running as last told).
+	if _, err := s.b.Current(ctx); err != nil {
+		return err
+	}
 	var (
 		last     *corpusv1.WatchResponse
 		lastPeer uint64 // the peer list's version in last
