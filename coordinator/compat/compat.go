@@ -114,6 +114,9 @@ const (
 	// BatchedEntries carries several writes in one Raft entry (group
 	// commit); until every voter applies them, one entry a write.
 	BatchedEntries Feature = "batched-entries"
+	// RegistryLogins keeps registries' credentials (PutRegistryLogin and
+	// DeleteRegistryLogin entries).
+	RegistryLogins Feature = "registry-logins"
 )
 
 type feature struct {
@@ -130,6 +133,7 @@ var features = map[Feature]feature{
 	TokenLastUsed:  {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
 	SessionTokens:  {since: Version{0, 2}},
 	BatchedEntries: {since: Version{0, 2}, entries: []string{"batch"}},
+	RegistryLogins: {since: Version{0, 2}, entries: []string{"put_registry_login", "delete_registry_login"}},
 }
 
 var entryFeatures = func() map[string]Feature {
