@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,16 @@ func TestRegistryLogins(t *testing.T) {
 		t.Errorf("RegistryCredentials after the logout = %v, %v; want none found", creds, err)
 	}
 
+	// The audit log names the registry of each login and logout.
+	var audited []string
+	for _, e := range s.Store().Read().Audit() {
+		if strings.Contains(e.Action, "registry_login") {
+			audited = append(audited, e.Action+" "+e.Target+" "+e.Result)
+		}
+	}
+	if want := []string{"put_registry_login " + host + " ok", "put_registry_login index.docker.io ok", "delete_registry_login " + host + " ok"}; !slices.Equal(audited, want) {
+		t.Errorf("audited %q, want %q", audited, want)
+	}
 	// Nothing the replica wrote holds the password in clear: the Raft
 	// log carries it sealed.
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
