@@ -27,6 +27,7 @@ import (
 	"corpus/agent/instances"
 	"corpus/agent/logs"
 	"corpus/agent/network"
+	"corpus/agent/registryauth"
 	"corpus/agent/runtime"
 	"corpus/agent/services"
 	"corpus/agent/shell"
@@ -255,6 +256,7 @@ type Agent struct {
 	runCtx   context.Context
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
+	keychain *registryauth.Keychain    // registries' credentials, asked per pull
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -312,6 +314,10 @@ type Parts struct {
 	Volumes volume.Backend
 	// Network is the node's guest networking and proxy; nil when off.
 	Network *network.Network
+	// Keychain gives pulls the credentials of registries; the agent
+	// points it at its coordinators once enrolled. The drivers that pull
+	// share it; nil makes the agent one for its own pulls (deploys).
+	Keychain *registryauth.Keychain
 }
 
 // New opens the agent's state and binds its API listener; it runs on
@@ -363,6 +369,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		logs:       logStore,
 		drivers:    parts.Drivers,
 		net:        parts.Network,
+		keychain:   parts.Keychain,
 		desired:    map[string]*corpusv1.Guest{},
 		workers:    map[string]*guests.Worker{},
 		observed:   map[string]*corpusv1.GuestObserved{},
@@ -370,6 +377,9 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		report:     make(chan struct{}, 1),
 		gossipKick: make(chan struct{}, 1),
 		metrics:    newAgentMetrics(cfg.Metrics),
+	}
+	if a.keychain == nil {
+		a.keychain = &registryauth.Keychain{Log: a.logger}
 	}
 	a.tls = certs.New(a.fetchTLS)
 	a.guests = &guests.Config{Drivers: a.drivers, Journal: c, StopTimeout: cfg.StopTimeout, Node: host{a}, Logger: a.logger,
@@ -493,6 +503,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
 	}
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
+	a.keychain.Use(a.registryCredentials)
 	if err := a.guests.RecoverJournal(ctx); err != nil {
 		a.logger.Warn("recovering interrupted work", "error", err)
 	}
@@ -575,7 +586,7 @@ func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
 		// Releases from images: their own store, layers checked by
 		// digest, the trees unpacked for a deploy's time.
 		Images: &oci.Store{Root: filepath.Join(a.cfg.StateDir, "images", "oci"), Insecure: catalog.InsecureRegistries(),
-			Log: a.logger.With("component", "deploy-images")},
+			Log: a.logger.With("component", "deploy-images"), Keychain: a.keychain},
 		ImageDir: filepath.Join(a.cfg.StateDir, "images", "unpack"),
 	}
 	if a.cfg.GitAddr != "" {

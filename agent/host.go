@@ -12,6 +12,7 @@ import (
 	"corpus/agent/guests"
 	"corpus/agent/load"
 	"corpus/agent/logs"
+	"corpus/agent/registryauth"
 	"corpus/agent/services"
 	"corpus/agent/shell"
 	"corpus/agent/sshd"
@@ -142,6 +143,20 @@ func (a *Agent) fetchTLS(ctx context.Context, domains []string) ([]*corpusv1.Tls
 		res, err := c.TlsMaterial(ctx, connect.NewRequest(&corpusv1.TlsMaterialRequest{Domains: domains}))
 		if err == nil {
 			out = res.Msg.Domains
+		}
+		return err
+	})
+	return out, err
+}
+
+// registryCredentials asks a coordinator for registry host's
+// credentials, for one pull.
+func (a *Agent) registryCredentials(ctx context.Context, host string) (registryauth.Credentials, error) {
+	var out registryauth.Credentials
+	err := a.callCoordinator(func(c corpusv1connect.AgentServiceClient) error {
+		res, err := c.RegistryCredentials(ctx, connect.NewRequest(&corpusv1.RegistryCredentialsRequest{Host: host}))
+		if err == nil {
+			out = registryauth.Credentials{Found: res.Msg.Found, Username: res.Msg.Username, Password: res.Msg.Password}
 		}
 		return err
 	})

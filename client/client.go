@@ -126,6 +126,7 @@ type Clients struct {
 	Services   corpusv1connect.ServiceServiceClient
 	Extensions corpusv1connect.ExtensionServiceClient
 	Snapshots  corpusv1connect.SnapshotServiceClient
+	Registries corpusv1connect.RegistryServiceClient
 }
 
 // electionWait is how long a call waits out a coordinator without a
@@ -161,6 +162,7 @@ func New(e Environment, consistent bool) (*Clients, error) {
 		Services:   corpusv1connect.NewServiceServiceClient(hc, base, opt),
 		Extensions: corpusv1connect.NewExtensionServiceClient(hc, base, opt),
 		Snapshots:  corpusv1connect.NewSnapshotServiceClient(hc, base, opt),
+		Registries: corpusv1connect.NewRegistryServiceClient(hc, base, opt),
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +55,7 @@ type hookRequest struct {
 	Kind       string         `json:"kind"`
 	User       string         `json:"user"`
 	Object     map[string]any `json:"object"`
+	Image      map[string]any `json:"image"`
 }
 
 func (h *hooks) serve(w http.ResponseWriter, r *http.Request) {
@@ -120,6 +122,18 @@ func (h *hooks) serve(w http.ResponseWriter, r *http.Request) {
 		res["memoryBytes"] = mem
 		answer(true, "", obj)
 	case "/seen":
+		answer(true, "", nil)
+	case "/registries": // images from one registry alone
+		if reg, _ := req.Image["registry"].(string); req.Image != nil && reg != "registry.allowed.test" {
+			answer(false, "registry "+reg+" is not allowed", nil)
+			return
+		}
+		answer(true, "", nil)
+	case "/digests": // images pinned by digest
+		if d, _ := req.Image["digest"].(string); req.Image != nil && d == "" {
+			answer(false, fmt.Sprintf("image %v has no digest: name it by @sha256:", req.Image["reference"]), nil)
+			return
+		}
 		answer(true, "", nil)
 	case "/breaks-name":
 		obj["name"] = "Not A Name!"

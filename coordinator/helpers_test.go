@@ -216,6 +216,7 @@ type clients struct {
 	service corpusv1connect.ServiceServiceClient
 	ext     corpusv1connect.ExtensionServiceClient
 	snap    corpusv1connect.SnapshotServiceClient
+	reg     corpusv1connect.RegistryServiceClient
 }
 
 // clients returns clients presenting token ("" for none).
@@ -251,6 +252,7 @@ func clientsAt(hc *http.Client, url, token string) clients {
 		ext:     corpusv1connect.NewExtensionServiceClient(hc, url, opt),
 		service: corpusv1connect.NewServiceServiceClient(hc, url, opt),
 		snap:    corpusv1connect.NewSnapshotServiceClient(hc, url, opt),
+		reg:     corpusv1connect.NewRegistryServiceClient(hc, url, opt),
 	}
 }
 

@@ -19,8 +19,9 @@ import (
 
 // TestKeyringRotationResealsEverything: with a value of every kind the
 // cluster seals in its state (an environment's config, a release's
-// config, a service's secrets, an extension's secret, the ACME account
-// key, a certificate's key and its tls-alpn-01 challenge key), `keyring
+// config, a service's secrets, an extension's secret, a registry's
+// password, the ACME account key, a certificate's key and its
+// tls-alpn-01 challenge key), `keyring
 // rotate` seals each again under one new key, drops the old key, and
 // leaves no value anywhere in the state sealed by it.
 func TestKeyringRotationResealsEverything(t *testing.T) {
@@ -56,6 +57,10 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 	if _, err := ops.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: ext, Secret: "hook-planted-0123456789"})); err != nil {
 		t.Fatal(err)
 	}
+	// A registry's password.
+	if _, err := ops.reg.Login(ctx, connect.NewRequest(&corpusv1.RegistryLoginRequest{Host: "registry.example.test", Username: "puller", Password: "registry-planted"})); err != nil {
+		t.Fatal(err)
+	}
 	// The ACME account key and a certificate's keys, sealed as the
 	// leader's orderer seals them, written as it writes them.
 	ring := openRing(t, s, dir)
@@ -89,9 +94,10 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RotateKeyring = %v", err)
 	}
-	// env 1, release 1, service 1, extension 1, account 1, certificate 2.
-	if rot.Msg.Previous != before.Primary || rot.Msg.Primary == before.Primary || rot.Msg.Resealed != 7 {
-		t.Errorf("RotateKeyring = %v; want from %s to a new key, 7 values resealed", rot.Msg, before.Primary)
+	// env 1, release 1, service 1, extension 1, registry 1, account 1,
+	// certificate 2.
+	if rot.Msg.Previous != before.Primary || rot.Msg.Primary == before.Primary || rot.Msg.Resealed != 8 {
+		t.Errorf("RotateKeyring = %v; want from %s to a new key, 8 values resealed", rot.Msg, before.Primary)
 	}
 	view := s.Store().Read()
 	if kr := view.Keyring(); len(kr.Keys) != 1 || kr.Keys[0].Id != rot.Msg.Primary || kr.Primary != rot.Msg.Primary {
@@ -109,9 +115,9 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 			fresh++
 		}
 	})
-	// The seven values and the new key's own wrapped form.
-	if fresh != 8 {
-		t.Errorf("%d values are sealed by the new key, want 8", fresh)
+	// The eight values and the new key's own wrapped form.
+	if fresh != 9 {
+		t.Errorf("%d values are sealed by the new key, want 9", fresh)
 	}
 	// Each opens to what was sealed, with the new keyring alone.
 	k, err := ring.Open(view)
@@ -129,6 +135,7 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 		{"release config", "hunter2-planted", state.ConfigPlace("hello", "dev", "DB_PASSWORD"), view.Release(rel.Msg.Release.Id).Config["DB_PASSWORD"]},
 		{"service secret", "mail-planted", state.ServicePlace("mail", "API_KEY"), svc.Secrets["API_KEY"]},
 		{"extension secret", "hook-planted-0123456789", state.ExtensionPlace("lint"), view.Extension("lint").GetSecret()},
+		{"registry password", "registry-planted", state.RegistryPlace("registry.example.test"), view.RegistryLogin("registry.example.test").GetPassword()},
 		{"acme account key", "account-planted", state.AcmeKeyPlace, view.Acme().AccountKey},
 		{"certificate key", "cert-planted", state.CertificateKeyPlace(domain), crt.Key},
 		{"challenge key", "alpn-planted", state.ChallengeKeyPlace(domain), crt.Challenge.GetAlpnKey()},

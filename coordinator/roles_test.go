@@ -142,6 +142,18 @@ func TestUserRoles(t *testing.T) {
 	}
 	_, err = ops.agent.LintPush(ctx, connect.NewRequest(&corpusv1.LintPushRequest{Project: "hello", Env: "dev"}))
 	denied("ops lints a push as if an agent", err)
+	// Registries' credentials serve every project: the operators' alone;
+	// an agent gets them opened, an operator never does.
+	for who, c := range map[string]clients{"alice": alice, "val": val} {
+		_, err := c.reg.Login(ctx, connect.NewRequest(&corpusv1.RegistryLoginRequest{Host: "registry.example.test", Username: "u", Password: "p"}))
+		denied(who+" logs in to a registry", err)
+		_, err = c.reg.ListRegistries(ctx, connect.NewRequest(&corpusv1.ListRegistriesRequest{}))
+		denied(who+" lists registries", err)
+		_, err = c.reg.Logout(ctx, connect.NewRequest(&corpusv1.RegistryLogoutRequest{Host: "registry.example.test"}))
+		denied(who+" logs out of a registry", err)
+	}
+	_, err = ops.agent.RegistryCredentials(ctx, connect.NewRequest(&corpusv1.RegistryCredentialsRequest{Host: "registry.example.test"}))
+	denied("ops reads a registry's credentials as if an agent", err)
 	_, err = ops.ext.AddExtension(ctx, connect.NewRequest(&corpusv1.AddExtensionRequest{Extension: ext}))
 	allowed("ops adds an extension", err)
 	_, err = ops.ext.DeleteExtension(ctx, connect.NewRequest(&corpusv1.DeleteExtensionRequest{Name: "mine"}))

@@ -107,6 +107,22 @@ func init() {
 			_, err := c.project.ImportProject(ctx, connect.NewRequest(&corpusv1.ImportProjectRequest{Topology: &corpusv1.ProjectTopology{Version: "nope"}}))
 			return err
 		},
+		corpusv1connect.RegistryServiceLoginProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.reg.Login(ctx, connect.NewRequest(&corpusv1.RegistryLoginRequest{Host: "https://not a host"}))
+			return err
+		},
+		corpusv1connect.RegistryServiceListRegistriesProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.reg.ListRegistries(ctx, connect.NewRequest(&corpusv1.ListRegistriesRequest{}))
+			return err
+		},
+		corpusv1connect.RegistryServiceLogoutProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.reg.Logout(ctx, connect.NewRequest(&corpusv1.RegistryLogoutRequest{Host: "nope.test"}))
+			return err
+		},
+		corpusv1connect.AgentServiceRegistryCredentialsProcedure: func(ctx context.Context, c clients) error {
+			_, err := c.agent.RegistryCredentials(ctx, connect.NewRequest(&corpusv1.RegistryCredentialsRequest{Host: "https://not a host"}))
+			return err
+		},
 		corpusv1connect.AgentServiceTlsMaterialProcedure: func(ctx context.Context, c clients) error {
 			_, err := c.agent.TlsMaterial(ctx, connect.NewRequest(&corpusv1.TlsMaterialRequest{Domains: []string{"nope.test"}}))
 			return err

@@ -49,6 +49,19 @@ type Controller struct {
 // extension's failure policy is fail, and is recorded and passed over
 // when it is ignore. Nothing is proposed here: the handler writes after.
 func (c *Controller) Admit(ctx context.Context, event string, obj proto.Message, check func() error) ([]*corpusv1.AdmissionChange, error) {
+	return c.AdmitImage(ctx, event, obj, nil, check)
+}
+
+// AdmitImage is Admit for a write that runs recorded, the image of a
+// release deployed again, when obj names no image itself. Each call
+// carries the image obj (as it stands at that call) or recorded runs.
+func (c *Controller) AdmitImage(ctx context.Context, event string, obj proto.Message, recorded *corpusv1.AdmissionImage, check func() error) ([]*corpusv1.AdmissionChange, error) {
+	image := func() json.RawMessage {
+		if img := imageOf(obj); img != nil {
+			return imageJSON(img)
+		}
+		return imageJSON(recorded)
+	}
 	view := c.Store.Read()
 	all := view.Extensions()
 	mutators := extensions.For(all, corpusv1.ExtensionMutate, event)
@@ -66,7 +79,7 @@ func (c *Controller) Admit(ctx context.Context, event string, obj proto.Message,
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
-		ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: before})
+		ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: before, Image: image()})
 		if err != nil {
 			if err := c.Failed(ctx, e, event, err); err != nil {
 				return nil, err
@@ -101,6 +114,7 @@ func (c *Controller) Admit(ctx context.Context, event string, obj proto.Message,
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
+	finalImage := image()
 	type result struct {
 		ans *extensions.Answer
 		err error
@@ -111,7 +125,7 @@ func (c *Controller) Admit(ctx context.Context, event string, obj proto.Message,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: final})
+			ans, err := c.Call(ctx, view, e, extensions.Request{Kind: event, User: user, Object: final, Image: finalImage})
 			results[i] = result{ans, err}
 		}()
 	}

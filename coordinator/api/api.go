@@ -249,6 +249,13 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ExtensionServiceSetExtensionDisabledProcedure: {auth.Operator},
 	corpusv1connect.ExtensionServiceDeleteExtensionProcedure:      {auth.Operator},
 	corpusv1connect.AgentServiceLintPushProcedure:                 {auth.Agent},
+	// Registries' credentials: operators set them and see who did, never
+	// the secret; agents get them opened for their own pulls (the
+	// handler checks the node's guests).
+	corpusv1connect.RegistryServiceLoginProcedure:            {auth.Operator},
+	corpusv1connect.RegistryServiceListRegistriesProcedure:   {auth.Operator},
+	corpusv1connect.RegistryServiceLogoutProcedure:           {auth.Operator},
+	corpusv1connect.AgentServiceRegistryCredentialsProcedure: {auth.Agent},
 	// The dashboard's blocking read of the index and its plots: the index
 	// and the allocation and rates (of nodes and routes every user may
 	// list) tell nothing a user may not read otherwise.

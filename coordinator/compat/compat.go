@@ -114,6 +114,13 @@ const (
 	// BatchedEntries carries several writes in one Raft entry (group
 	// commit); until every voter applies them, one entry a write.
 	BatchedEntries Feature = "batched-entries"
+	// RegistryLogins keeps registries' credentials (PutRegistryLogin and
+	// DeleteRegistryLogin entries).
+	RegistryLogins Feature = "registry-logins"
+	// ImageDeployAdmission calls extensions on image deploys
+	// (Extension.on "image.deploy", which an older replica refuses to
+	// store).
+	ImageDeployAdmission Feature = "image-deploy-admission"
 )
 
 type feature struct {
@@ -123,13 +130,15 @@ type feature struct {
 }
 
 var features = map[Feature]feature{
-	ClusterVersion: {since: Version{}, entries: []string{"set_cluster_version"}},
-	GuestIDRanges:  {since: Version{0, 1}},
-	NodeOrphans:    {since: Version{0, 2}, entries: []string{"report_orphans"}},
-	ImageReleases:  {since: Version{0, 2}},
-	TokenLastUsed:  {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
-	SessionTokens:  {since: Version{0, 2}},
-	BatchedEntries: {since: Version{0, 2}, entries: []string{"batch"}},
+	ClusterVersion:       {since: Version{}, entries: []string{"set_cluster_version"}},
+	GuestIDRanges:        {since: Version{0, 1}},
+	NodeOrphans:          {since: Version{0, 2}, entries: []string{"report_orphans"}},
+	ImageReleases:        {since: Version{0, 2}},
+	TokenLastUsed:        {since: Version{0, 2}, entries: []string{"touch_user_tokens"}},
+	SessionTokens:        {since: Version{0, 2}},
+	BatchedEntries:       {since: Version{0, 2}, entries: []string{"batch"}},
+	RegistryLogins:       {since: Version{0, 2}, entries: []string{"put_registry_login", "delete_registry_login"}},
+	ImageDeployAdmission: {since: Version{0, 2}},
 }
 
 var entryFeatures = func() map[string]Feature {

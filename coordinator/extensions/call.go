@@ -51,6 +51,9 @@ type Request struct {
 	Kind   string          `json:"kind"`
 	User   string          `json:"user"`
 	Object json.RawMessage `json:"object"`
+	// Image is the OCI image the write would run (a
+	// corpusv1.AdmissionImage as JSON), absent when it runs none.
+	Image json.RawMessage `json:"image,omitempty"`
 }
 
 // Answer is what an extension answers.

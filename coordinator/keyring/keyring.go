@@ -1,6 +1,6 @@
 // Package keyring is the one encryption path of the cluster's secrets:
-// environments' config, services' secrets, certificates' keys and
-// extensions' credentials are sealed with the replicated keyring, whose
+// environments' config, services' secrets, certificates' keys,
+// extensions' credentials and registries' passwords are sealed with the replicated keyring, whose
 // keys are wrapped with a key-encryption key each replica derives from
 // the cluster CA.
 package keyring
@@ -270,6 +270,14 @@ func (r *Ring) Rotate(ctx context.Context) (*corpusv1.RotateKeyringResponse, err
 				return nil, err
 			}
 			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Extension: name, Config: sealed})
+		}
+		for _, l := range view.RegistryLogins() {
+			host := l.Host
+			sealed, err := resealAt(map[string][]byte{"password": l.Password}, func(string) string { return state.RegistryPlace(host) })
+			if err != nil {
+				return nil, err
+			}
+			cmd.Envs = append(cmd.Envs, &corpusv1.ResealedConfig{Registry: host, Config: sealed})
 		}
 		_, err = r.w.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetKeyring{SetKeyring: cmd}})
 		if err == nil {

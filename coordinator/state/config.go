@@ -124,6 +124,12 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 			}
 			continue
 		}
+		if r.Registry != "" {
+			if err := a.resealRegistry(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if r.Certificate != "" || r.Acme {
 			if err := a.resealTLS(r); err != nil {
 				return err
@@ -207,6 +213,11 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 			if err := check("extension "+e.Name, map[string][]byte{"secret": e.Secret}); err != nil {
 				return err
 			}
+		}
+	}
+	for _, l := range v.RegistryLogins() {
+		if err := check("registry "+l.Host, map[string][]byte{"password": l.Password}); err != nil {
+			return err
 		}
 	}
 	kr = proto.Clone(kr).(*corpusv1.Keyring)

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -261,6 +262,10 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.putExtension(c.PutExtension)
 	case *corpusv1.Command_DeleteExtension:
 		return a.deleteExtension(c.DeleteExtension)
+	case *corpusv1.Command_PutRegistryLogin:
+		return a.putRegistryLogin(c.PutRegistryLogin)
+	case *corpusv1.Command_DeleteRegistryLogin:
+		return a.deleteRegistryLogin(c.DeleteRegistryLogin)
 	case *corpusv1.Command_CreateService:
 		return a.createService(c.CreateService)
 	case *corpusv1.Command_SetServiceDesired:
@@ -651,88 +656,28 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return err
 		}
 	}
-	for _, c := range snap.Certificates {
-		if err := ins(statedb.TableCertificates, c); err != nil {
-			return err
-		}
-	}
-	for _, e := range snap.Extensions {
-		if err := ins(statedb.TableExtensions, e); err != nil {
-			return err
-		}
-	}
-	if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: snap.Index}); err != nil {
+	// The tables of rows, as many as the snapshot has.
+	if err := errors.Join(
+		statedb.InsertAll(txn, statedb.TableCertificates, snap.Certificates),
+		statedb.InsertAll(txn, statedb.TableExtensions, snap.Extensions),
+		statedb.InsertAll(txn, statedb.TableRegistryLogins, snap.RegistryLogins),
+		ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: snap.Index}),
+		statedb.InsertAll(txn, statedb.TableNodes, snap.Nodes),
+		statedb.InsertAll(txn, statedb.TableGuests, snap.Guests),
+		statedb.InsertAll(txn, statedb.TableTokens, snap.JoinTokens),
+		statedb.InsertAll(txn, statedb.TableRoutes, snap.Routes),
+		statedb.InsertAll(txn, statedb.TableDNS, snap.DnsRecords),
+		statedb.InsertAll(txn, statedb.TableVolumes, snap.Volumes),
+		statedb.InsertAll(txn, statedb.TableUsers, snap.Users),
+		statedb.InsertAll(txn, statedb.TableProjects, snap.Projects),
+		statedb.InsertAll(txn, statedb.TableReleases, snap.Releases),
+		statedb.InsertAll(txn, statedb.TableCoordinators, snap.Coordinators),
+		statedb.InsertAll(txn, statedb.TableAudit, snap.Audit),
+		statedb.InsertAll(txn, statedb.TableUserTokens, snap.UserTokens),
+		statedb.InsertAll(txn, statedb.TableServices, snap.Services),
+		statedb.InsertAll(txn, statedb.TableBackups, snap.Backups),
+	); err != nil {
 		return err
-	}
-	for _, n := range snap.Nodes {
-		if err := ins(statedb.TableNodes, n); err != nil {
-			return err
-		}
-	}
-	for _, g := range snap.Guests {
-		if err := ins(statedb.TableGuests, g); err != nil {
-			return err
-		}
-	}
-	for _, t := range snap.JoinTokens {
-		if err := ins(statedb.TableTokens, t); err != nil {
-			return err
-		}
-	}
-	for _, r := range snap.Routes {
-		if err := ins(statedb.TableRoutes, r); err != nil {
-			return err
-		}
-	}
-	for _, r := range snap.DnsRecords {
-		if err := ins(statedb.TableDNS, r); err != nil {
-			return err
-		}
-	}
-	for _, vol := range snap.Volumes {
-		if err := ins(statedb.TableVolumes, vol); err != nil {
-			return err
-		}
-	}
-	for _, u := range snap.Users {
-		if err := ins(statedb.TableUsers, u); err != nil {
-			return err
-		}
-	}
-	for _, p := range snap.Projects {
-		if err := ins(statedb.TableProjects, p); err != nil {
-			return err
-		}
-	}
-	for _, r := range snap.Releases {
-		if err := ins(statedb.TableReleases, r); err != nil {
-			return err
-		}
-	}
-	for _, c := range snap.Coordinators {
-		if err := ins(statedb.TableCoordinators, c); err != nil {
-			return err
-		}
-	}
-	for _, e := range snap.Audit {
-		if err := ins(statedb.TableAudit, e); err != nil {
-			return err
-		}
-	}
-	for _, t := range snap.UserTokens {
-		if err := ins(statedb.TableUserTokens, t); err != nil {
-			return err
-		}
-	}
-	for _, s := range snap.Services {
-		if err := ins(statedb.TableServices, s); err != nil {
-			return err
-		}
-	}
-	for _, b := range snap.Backups {
-		if err := ins(statedb.TableBackups, b); err != nil {
-			return err
-		}
 	}
 	txn.Commit()
 	f.store.Replace(db)

@@ -27,6 +27,7 @@ func init() {
 			Store:              os.Getenv("CORPUS_LXC_IMAGE_STORE"),
 			InsecureRegistries: InsecureRegistries(),
 			ImageCacheMax:      c.ImageCacheMax,
+			Keychain:           c.Keychain,
 		})
 	})
 	register("libvirt", newLibvirt)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sort"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	"corpus/drivers"
 )
 
@@ -23,6 +25,10 @@ type Config struct {
 	// of its disk ("25%") or "0" for none; empty is the driver's default
 	// (lxc.DefaultImageCacheMax).
 	ImageCacheMax string
+	// Keychain gives the drivers that pull OCI images the credentials
+	// of registries (the agent's, which asks its coordinators); nil pulls
+	// anonymously.
+	Keychain authn.Keychain
 }
 
 // KubernetesConfig configures the kubernetes driver: the cluster an agent

@@ -1,6 +1,10 @@
 package lxc
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+)
 
 // Name is the driver's registered name.
 const Name = "lxc"
@@ -27,6 +31,9 @@ type Config struct {
 	// images may be pulled from over plain HTTP; registries on a
 	// loopback address always may.
 	InsecureRegistries []string
+	// Keychain gives OCI pulls the credentials of registries; nil pulls
+	// anonymously.
+	Keychain authn.Keychain
 	// ImageCacheMax caps the images the driver keeps (see
 	// cache_linux.go): a size ("20G"), a share of the file system
 	// holding Path ("25%"), or "0" for no cap; empty is

@@ -10,6 +10,9 @@ var (
 	// over plain HTTP without being on a loopback address or marked
 	// insecure.
 	ErrPlainHTTP = errors.New("plain HTTP refused for a registry not marked insecure")
+	// ErrUnauthorized is returned (wrapped) when a registry refuses a
+	// pull's credentials, or wants some and the pull had none.
+	ErrUnauthorized = errors.New("not authorized")
 	// ErrNotSupported is returned (wrapped) where unpacking cannot run
 	// (not Linux).
 	ErrNotSupported = errors.New("unpacking OCI images is not supported on this OS")

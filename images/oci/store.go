@@ -17,8 +17,10 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"corpus/internal/imageref"
 )
@@ -38,6 +40,11 @@ type Store struct {
 	Transport http.RoundTripper
 	// Log receives what unpacking skips (device nodes); nil discards.
 	Log *slog.Logger
+	// Keychain gives the credentials of a registry (its
+	// authn.Resource's RegistryStr) for a pull, resolved once per pull
+	// and kept nowhere; nil, or a registry it has none for
+	// (authn.Anonymous), pulls anonymously.
+	Keychain authn.Keychain
 }
 
 // Image is a pulled image: what a guest needs to run it.
@@ -89,50 +96,94 @@ func (s *Store) Pull(ctx context.Context, image string, progress ProgressFunc) (
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	img, err := remote.Image(ref,
-		remote.WithContext(ctx),
-		remote.WithAuth(authn.Anonymous),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
-		remote.WithTransport(schemeGuard{base: base, plainOK: s.insecure}))
+	auth := authn.Anonymous
+	if s.Keychain != nil {
+		if auth, err = authn.Resolve(ctx, s.Keychain, ref.Context()); err != nil {
+			return nil, fmt.Errorf("pulling %s: getting the credentials of registry %s: %w", image, registry, err)
+		}
+	}
+	img, err := s.pull(ctx, ref, auth, schemeGuard{base: base, plainOK: s.insecure})
 	if err != nil {
-		return nil, fmt.Errorf("pulling %s: %w", image, err)
+		return nil, fmt.Errorf("pulling %s: %w", image, refused(err, ref, auth))
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return nil, fmt.Errorf("pulling %s: %w", image, err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("pulling %s: reading its config: %w", image, err)
-	}
-	if cfg.OS != "" && cfg.OS != "linux" {
-		return nil, fmt.Errorf("pulling %s: image is for %s, not linux", image, cfg.OS)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, fmt.Errorf("pulling %s: %w", image, err)
-	}
-	if len(layers) != len(cfg.RootFS.DiffIDs) {
-		return nil, fmt.Errorf("pulling %s: %d layers but %d diff_ids in its config", image, len(layers), len(cfg.RootFS.DiffIDs))
-	}
-	out := &Image{Reference: image, Digest: digest.String(), Config: cfg.Config, DiffIDs: cfg.RootFS.DiffIDs}
-	for i, l := range layers {
+	out := &Image{Reference: image, Digest: img.digest.String(), Config: img.cfg.Config, DiffIDs: img.cfg.RootFS.DiffIDs}
+	for i, l := range img.layers {
 		h, err := l.Digest()
 		if err != nil {
 			return nil, fmt.Errorf("pulling %s: layer %d: %w", image, i+1, err)
 		}
 		n, err := s.fetchBlob(l, h)
 		if err != nil {
-			return nil, fmt.Errorf("pulling %s: layer %d/%d %s: %w", image, i+1, len(layers), h, err)
+			return nil, fmt.Errorf("pulling %s: layer %d/%d %s: %w", image, i+1, len(img.layers), h, refused(err, ref, auth))
 		}
 		out.Layers = append(out.Layers, h)
 		out.Size += n
 		if progress != nil {
-			progress(fmt.Sprintf("pulled layer %d/%d of %s (%d bytes)", i+1, len(layers), image, n))
+			progress(fmt.Sprintf("pulled layer %d/%d of %s (%d bytes)", i+1, len(img.layers), image, n))
 		}
 	}
 	return out, nil
 }
+
+// remoteImage is an image's manifest digest, config and layers as a
+// registry gave them.
+type remoteImage struct {
+	digest v1.Hash
+	cfg    *v1.ConfigFile
+	layers []v1.Layer
+}
+
+// pull reads ref's manifest for this host's platform and its config.
+func (s *Store) pull(ctx context.Context, ref name.Reference, auth authn.Authenticator, rt http.RoundTripper) (*remoteImage, error) {
+	img, err := remote.Image(ref,
+		remote.WithContext(ctx),
+		remote.WithAuth(auth),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
+		remote.WithTransport(rt))
+	if err != nil {
+		return nil, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("reading its config: %w", err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" {
+		return nil, fmt.Errorf("image is for %s, not linux", cfg.OS)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) {
+		return nil, fmt.Errorf("%d layers but %d diff_ids in its config", len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	return &remoteImage{digest: digest, cfg: cfg, layers: layers}, nil
+}
+
+// refused says what a registry's refusal to serve ref (401 or 403) means:
+// credentials it did not take, or none where it wants some. Other errors
+// are err.
+func refused(err error, ref name.Reference, auth authn.Authenticator) error {
+	var te *transport.Error
+	if !errors.As(err, &te) || (te.StatusCode != http.StatusUnauthorized && te.StatusCode != http.StatusForbidden) {
+		return err
+	}
+	reg, repo := ref.Context().RegistryStr(), ref.Context().RepositoryStr()
+	if auth == authn.Anonymous {
+		return &refusedError{fmt.Sprintf("registry %s wants credentials for %s (corpus registry login %s)", reg, repo, reg)}
+	}
+	return &refusedError{fmt.Sprintf("registry %s refused the credentials for %s (corpus registry login %s sets them again)", reg, repo, reg)}
+}
+
+// refusedError is a registry's refusal; it is ErrUnauthorized.
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string        { return e.msg }
+func (e *refusedError) Is(target error) bool { return target == ErrUnauthorized }
 
 // fetchBlob stores layer l's compressed bytes under its digest h unless
 // the store has them, and returns their size. The bytes are hashed as

@@ -70,3 +70,21 @@ func ValidDigest(digest string) error {
 	}
 	return nil
 }
+
+// Registry checks host, a registry as references name it
+// ("registry.example", "registry.example:5000", "127.0.0.1:5000"), and
+// returns it as a pull reaches it: "docker.io" is "index.docker.io". A
+// scheme or a path is refused: credentials are per registry.
+func Registry(host string) (string, error) {
+	if host == "" {
+		return "", fmt.Errorf("no registry given (want HOST or HOST:PORT, as image references name it)")
+	}
+	if strings.Contains(host, "://") || strings.Contains(host, "/") {
+		return "", fmt.Errorf("registry %.80q: want HOST or HOST:PORT, as image references name it, without a scheme or a path", host)
+	}
+	r, err := name.NewRegistry(host, name.StrictValidation)
+	if err != nil {
+		return "", fmt.Errorf("registry %.80q: %w", host, err)
+	}
+	return r.RegistryStr(), nil
+}

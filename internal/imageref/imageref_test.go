@@ -91,3 +91,25 @@ func TestValidDigest(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host, want string
+		ok         bool
+	}{
+		{"registry.example", "registry.example", true},
+		{"registry.example:5000", "registry.example:5000", true},
+		{"127.0.0.1:5000", "127.0.0.1:5000", true},
+		{"docker.io", "index.docker.io", true},
+		{"", "", false},
+		{"https://registry.example", "", false},
+		{"registry.example/team", "", false},
+		{"Registry Example", "", false},
+	} {
+		got, err := Registry(tc.host)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("Registry(%q) = %q, %v; want %q (ok %v)", tc.host, got, err, tc.want, tc.ok)
+		}
+	}
+}

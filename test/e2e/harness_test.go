@@ -481,17 +481,29 @@ func (c *cluster) restartAgent(a *agentProc) {
 // cli runs a client command against the cluster, from the coordinator's
 // namespace.
 func (c *cluster) cli(args ...string) (stdout, stderr string, code int) {
-	ns := "" // a cluster without a lab runs on the test's own loopback
-	if c.lab != nil {
-		ns = c.lab.ctl
-	}
-	return c.cliIn(ns, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="},
-		append([]string{"--address", c.api, "--token", c.token, "--ca-cert", c.ca}, args...)...)
+	return c.cliStdin("", args...)
 }
 
 // cliIn runs a client command in namespace ns with extra environment
 // variables.
 func (c *cluster) cliIn(ns string, env []string, args ...string) (stdout, stderr string, code int) {
+	return c.cliInput(ns, env, "", args...)
+}
+
+// cliStdin runs a client command against the cluster as cli does, with
+// stdin as its standard input.
+func (c *cluster) cliStdin(stdin string, args ...string) (stdout, stderr string, code int) {
+	ns := "" // a cluster without a lab runs on the test's own loopback
+	if c.lab != nil {
+		ns = c.lab.ctl
+	}
+	return c.cliInput(ns, []string{"XDG_CONFIG_HOME=" + c.cfgHome, "CORPUS_ENV=", "CORPUS_ADDR=", "CORPUS_TOKEN=", "CORPUS_CA_CERT="}, stdin,
+		append([]string{"--address", c.api, "--token", c.token, "--ca-cert", c.ca}, args...)...)
+}
+
+// cliInput runs a client command in namespace ns with extra environment
+// variables and stdin as its standard input.
+func (c *cluster) cliInput(ns string, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(5*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, corpusBin, args...)
@@ -500,7 +512,7 @@ func (c *cluster) cliIn(ns string, env []string, args ...string) (stdout, stderr
 	}
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &o, &e
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {

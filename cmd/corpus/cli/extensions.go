@@ -23,7 +23,8 @@ func newExtensionCmd(g *Globals) *cobra.Command {
 		Long: `Extensions are HTTPS endpoints the coordinators call before they accept a
 write of the kinds each is for (--on): guest.create, guest.update (the
 guest's name and spec as they would be), project.create, service.create,
-and deploy (a git push, before its pipeline).
+image.deploy (corpus deploy --image, or of the serving release's image
+again), and deploy (a git push, before its pipeline).
 
   mutate     may change the object; called one after another in order
              (--after/--before, then the higher --priority, then the
@@ -33,7 +34,10 @@ and deploy (a git push, before its pipeline).
              and may refuse it with lines shown in git push's output
 
 A call is a POST of {"apiVersion": "corpus.dev/v1", "kind": ..., "user":
-..., "object": ...} (the object is the API's own JSON of the request);
+..., "object": ..., "image": ...} (the object is the API's own JSON of the
+request; image, when the write runs an OCI image, holds its reference,
+registry, repository and, where resolved, digest: a reference by digest,
+or a release's recorded one);
 the answer is {"allowed": true|false, "message": ..., "object": ...
 (mutate), "lines": [...] (lint)}. Calls are made over TLS presenting the
 replica's certificate of the cluster CA (mutual TLS), and with --secret-file

@@ -148,6 +148,7 @@ func NewRoot(g *Globals, more ...Commands) *cobra.Command {
 		newConfigCmd(g),
 		newServiceCmd(g),
 		newExtensionCmd(g),
+		newRegistryCmd(g),
 		newPsCmd(g),
 		newLogsCmd(g),
 		newShellCmd(g),

@@ -140,7 +140,7 @@ func newLoginCmd(g *Globals) *cobra.Command {
 				if strings.HasPrefix(addr, "http://") {
 					return fmt.Errorf("refusing to send a password to %s: the API speaks TLS, give host:port", addr)
 				}
-				pw, err := readPassword(cmd, ldapUser, passwordStdin)
+				pw, err := readPassword(cmd, "LDAP password for "+ldapUser, passwordStdin)
 				if err != nil {
 					return err
 				}
@@ -200,9 +200,9 @@ func loginEnvName(g *Globals, name string) (string, error) {
 // maxPasswordLine bounds what --password-stdin reads.
 const maxPasswordLine = 4 << 10
 
-// readPassword reads user's password: the first line of stdin with
-// --password-stdin, else from the terminal without echo.
-func readPassword(cmd *cobra.Command, user string, fromStdin bool) (string, error) {
+// readPassword reads a password: the first line of stdin with
+// --password-stdin, else from the terminal without echo after prompt.
+func readPassword(cmd *cobra.Command, prompt string, fromStdin bool) (string, error) {
 	var pw string
 	if fromStdin {
 		b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxPasswordLine))
@@ -216,7 +216,7 @@ func readPassword(cmd *cobra.Command, user string, fromStdin bool) (string, erro
 		if !term.IsTerminal(fd) {
 			return "", fmt.Errorf("stdin is not a terminal: pass the password on stdin with --password-stdin")
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "LDAP password for %s: ", user)
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: ", prompt)
 		b, err := term.ReadPassword(fd)
 		fmt.Fprintln(cmd.ErrOrStderr())
 		if err != nil {

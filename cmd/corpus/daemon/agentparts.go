@@ -10,6 +10,7 @@ import (
 
 	"corpus/agent"
 	"corpus/agent/network"
+	"corpus/agent/registryauth"
 	"corpus/drivers"
 	"corpus/drivers/catalog"
 	"corpus/internal/metrics"
@@ -32,10 +33,13 @@ func agentParts(ctx context.Context, cfg agent.Config) (agent.Parts, error) {
 	}
 	logger := cmp.Or(cfg.Logger, slog.Default())
 	log := logger.With("component", "agent")
-	p := agent.Parts{Drivers: map[string]drivers.Driver{}}
+	// One keychain for the drivers' pulls and the deploys': the agent
+	// points it at its coordinators.
+	p := agent.Parts{Drivers: map[string]drivers.Driver{}, Keychain: &registryauth.Keychain{Log: log}}
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
-		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: logger, ImageCacheMax: cfg.ImageCacheMax})
+		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: logger,
+			ImageCacheMax: cfg.ImageCacheMax, Keychain: p.Keychain})
 		if err != nil {
 			log.Warn("driver unavailable", "driver", name, "error", err)
 			continue

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/keyring"
 	"corpus/coordinator/state"
@@ -39,6 +40,11 @@ func (s *extensionService) AddExtension(ctx context.Context, req *connect.Reques
 		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	view := s.b.Store.Read()
+	if slices.Contains(e.On, corpusv1.OnImageDeploy) {
+		if err := compat.Check(view.ClusterVersion(), compat.ImageDeployAdmission); err != nil {
+			return nil, api.ToConnect(err)
+		}
+	}
 	if cur := view.Extension(e.Name); cur != nil {
 		if !req.Msg.Replace {
 			// The same extension added again (a retry whose first answer

@@ -236,6 +236,9 @@ func (s *Service) Deploy(ctx context.Context, req *connect.Request[corpusv1.Rede
 	} else if e.CurrentRelease == 0 {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s/%s has no release yet: push first, or deploy an image (corpus deploy %s --image REF)", p.Name, e.Name, p.Name))
 	}
+	if err := s.admitImageDeploy(ctx, view, e, m); err != nil {
+		return err
+	}
 	return s.redeploy(ctx, view, p, e, &corpusv1.RedeployRequest{Project: p.Name, Env: e.Name, Trigger: m.Trigger, Only: m.Only, Processes: m.Processes,
 		Strategy: m.Strategy, KeepSeconds: m.KeepSeconds, Image: m.Image}, stream.Send)
 }

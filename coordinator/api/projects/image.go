@@ -1,6 +1,9 @@
 package projects
 
 import (
+	"context"
+
+	"corpus/coordinator/admission"
 	"corpus/coordinator/api"
 	"corpus/coordinator/compat"
 	"corpus/coordinator/state"
@@ -39,4 +42,33 @@ func checkImageDeploy(view *state.Snap, m *corpusv1.RedeployRequest) error {
 		return err
 	}
 	return compat.Check(view.ClusterVersion(), compat.ImageReleases)
+}
+
+// admitImageDeploy runs the image.deploy extensions on a deploy that
+// runs an image: the one named (--image), or the serving release's
+// again, at its recorded digest. They may refuse it, or change the
+// request (a mutating one pointing the image at a mirror, say).
+func (s *Service) admitImageDeploy(ctx context.Context, view *state.Snap, e *corpusv1.ProjectEnv, m *corpusv1.RedeployRequest) error {
+	var recorded *corpusv1.AdmissionImage
+	if m.Image == "" {
+		for _, rel := range view.Releases(m.Project, e.Name) {
+			if rel.Number == e.CurrentRelease && rel.Image != "" {
+				recorded = admission.Image(rel.Image, rel.ImageDigest)
+			}
+		}
+	}
+	if m.Trigger != corpusv1.TriggerDeploy || (m.Image == "" && recorded == nil) {
+		return nil
+	}
+	project, env := m.Project, m.Env
+	_, err := s.b.Admission().AdmitImage(ctx, corpusv1.OnImageDeploy, m, recorded, func() error {
+		if m.Project != project || m.Env != env || m.Trigger != corpusv1.TriggerDeploy {
+			return api.Invalidf("the project, environment and trigger of a deploy cannot change")
+		}
+		if m.Image == "" {
+			return nil
+		}
+		return checkImageDeploy(view, m)
+	})
+	return err
 }

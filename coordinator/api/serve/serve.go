@@ -15,6 +15,7 @@ import (
 	"corpus/coordinator/api/nodes"
 	"corpus/coordinator/api/projects"
 	"corpus/coordinator/api/records"
+	"corpus/coordinator/api/registries"
 	"corpus/coordinator/api/routes"
 	"corpus/coordinator/api/services"
 	"corpus/coordinator/api/snapshot"
@@ -41,7 +42,8 @@ func Mount(mux *http.ServeMux, b *api.Backend) {
 	mux.Handle(corpusv1connect.NewServiceServiceHandler(b.Services, opts...))
 	mux.Handle(corpusv1connect.NewProjectServiceHandler(projectService, opts...))
 	mux.Handle(corpusv1connect.NewSnapshotServiceHandler(snapshot.New(b), opts...))
-	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{agents.New(b), services.NewRuntime(b), projects.NewAgent(b)}, opts...))
+	mux.Handle(corpusv1connect.NewRegistryServiceHandler(registries.New(b), opts...))
+	mux.Handle(corpusv1connect.NewAgentServiceHandler(agentService{agents.New(b), services.NewRuntime(b), projects.NewAgent(b), registries.NewCredentials(b)}, opts...))
 }
 
 // agentService is AgentService: each package serves the agents' calls
@@ -50,4 +52,5 @@ type agentService struct {
 	*agents.Service
 	*services.Runtime
 	*projects.Agent
+	*registries.Credentials
 }

@@ -83,7 +83,7 @@ func Target(m proto.Message) string {
 }
 
 // targetFields are the fields that name a command's object, best first.
-var targetFields = []protoreflect.Name{"name", "domain", "project", "user", "guest_id", "id", "node_id"}
+var targetFields = []protoreflect.Name{"name", "domain", "project", "user", "guest_id", "id", "node_id", "host"}
 
 // target finds the name of the object a command is about: a naming field
 // (of fields, best first) of the command, or of a message inside it

@@ -30,6 +30,7 @@ func (v *Snap) Dump() *corpusv1.Snapshot {
 	snap.Acme = v.Acme()
 	snap.Certificates = v.Certificates()
 	snap.Extensions = v.Extensions()
+	snap.RegistryLogins = v.RegistryLogins()
 	if cv := v.ClusterVersion(); !cv.IsZero() {
 		snap.ClusterVersion = cv.String()
 	}

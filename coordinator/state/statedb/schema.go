@@ -1,6 +1,8 @@
 package statedb
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/go-memdb"
 )
 
@@ -23,6 +25,8 @@ const (
 	TableBackups      = "backups"
 	TableCertificates = "certificates"
 	TableExtensions   = "extensions"
+
+	TableRegistryLogins = "registry_logins"
 )
 
 // Meta rows hold singletons: the cluster config and the latest index.
@@ -163,6 +167,12 @@ func schema() *memdb.DBSchema {
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
+		TableRegistryLogins: {
+			Name: TableRegistryLogins,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Host"}},
+			},
+		},
 		TableMeta: {
 			Name: TableMeta,
 			Indexes: map[string]*memdb.IndexSchema{
@@ -170,4 +180,15 @@ func schema() *memdb.DBSchema {
 			},
 		},
 	}}
+}
+
+// InsertAll inserts rows into table, as a snapshot's restore does; the
+// first failure is returned, naming the table.
+func InsertAll[T any](txn *memdb.Txn, table string, rows []T) error {
+	for _, r := range rows {
+		if err := txn.Insert(table, r); err != nil {
+			return fmt.Errorf("restoring %s: %w", table, err)
+		}
+	}
+	return nil
 }

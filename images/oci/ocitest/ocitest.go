@@ -136,11 +136,34 @@ func Registry(t testing.TB, opts ...registry.Option) string {
 // test's life. It returns ln's host:port.
 func Serve(t testing.TB, ln net.Listener, opts ...registry.Option) string {
 	t.Helper()
-	srv := &http.Server{Handler: registry.New(append([]registry.Option{registry.Logger(log.New(io.Discard, "", 0))}, opts...)...)}
+	return serve(t, ln, registry.New(append([]registry.Option{registry.Logger(log.New(io.Discard, "", 0))}, opts...)...))
+}
+
+// serve serves h on ln for the test's life and returns ln's host:port.
+func serve(t testing.TB, ln net.Listener, h http.Handler) string {
+	srv := &http.Server{Handler: h}
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 	return ln.Addr().String()
+}
+
+// ServePrivate serves the registry as Serve does, behind HTTP basic
+// authentication as user with password: a request without them, or
+// with others, is answered 401 with a Basic challenge, as private
+// registries answer.
+func ServePrivate(t testing.TB, ln net.Listener, user, password string) string {
+	t.Helper()
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	return serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ocitest"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 }
 
 // Push stores img in its registry as ref and returns its digest; opts

@@ -3935,7 +3935,7 @@ var File_corpus_v1_agent_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\x1a\x1acorpus/v1/imagecache.proto\x1a\x1fgoogle/protobuf/timestamp.proto\".\n" +
+	"\x15corpus/v1/agent.proto\x12\tcorpus.v1\x1a\x15corpus/v1/types.proto\x1a\x18corpus/v1/services.proto\x1a\x16corpus/v1/guests.proto\x1a\x17corpus/v1/volumes.proto\x1a\x18corpus/v1/projects.proto\x1a\x1acorpus/v1/imagecache.proto\x1a\x1acorpus/v1/registries.proto\x1a\x1fgoogle/protobuf/timestamp.proto\".\n" +
 	"\x12TlsMaterialRequest\x12\x18\n" +
 	"\adomains\x18\x01 \x03(\tR\adomains\"E\n" +
 	"\x13TlsMaterialResponse\x12.\n" +
@@ -4241,7 +4241,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\bprocfile\x18\b \x01(\tR\bprocfile\"B\n" +
 	"\x10LintPushResponse\x12\x18\n" +
 	"\arefused\x18\x01 \x01(\tR\arefused\x12\x14\n" +
-	"\x05lines\x18\x02 \x03(\tR\x05lines2\xf7\v\n" +
+	"\x05lines\x18\x02 \x03(\tR\x05lines2\xe2\f\n" +
 	"\fAgentService\x12=\n" +
 	"\x06Enroll\x12\x18.corpus.v1.EnrollRequest\x1a\x19.corpus.v1.EnrollResponse\x12[\n" +
 	"\x10RenewCertificate\x12\".corpus.v1.RenewCertificateRequest\x1a#.corpus.v1.RenewCertificateResponse\x12<\n" +
@@ -4262,7 +4262,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\vRecordShell\x12\x1d.corpus.v1.RecordShellRequest\x1a\x1e.corpus.v1.RecordShellResponse\x12C\n" +
 	"\bLintPush\x12\x1a.corpus.v1.LintPushRequest\x1a\x1b.corpus.v1.LintPushResponse\x12U\n" +
 	"\x0eServiceRuntime\x12 .corpus.v1.ServiceRuntimeRequest\x1a!.corpus.v1.ServiceRuntimeResponse\x12Q\n" +
-	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x012\xab\f\n" +
+	"\vTlsMaterial\x12\x1d.corpus.v1.TlsMaterialRequest\x1a\x1e.corpus.v1.TlsMaterialResponse\"\x03\x90\x02\x01\x12i\n" +
+	"\x13RegistryCredentials\x12%.corpus.v1.RegistryCredentialsRequest\x1a&.corpus.v1.RegistryCredentialsResponse\"\x03\x90\x02\x012\xab\f\n" +
 	"\x10NodeAgentService\x12<\n" +
 	"\x04Exec\x12\x1b.corpus.v1.ExecGuestRequest\x1a\x15.corpus.v1.ExecOutput0\x01\x12H\n" +
 	"\fExportVolume\x12\x1e.corpus.v1.ExportVolumeRequest\x1a\x16.corpus.v1.VolumeChunk0\x01\x12I\n" +
@@ -4302,116 +4303,118 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 
 var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_corpus_v1_agent_proto_goTypes = []any{
-	(*TlsMaterialRequest)(nil),         // 0: corpus.v1.TlsMaterialRequest
-	(*TlsMaterialResponse)(nil),        // 1: corpus.v1.TlsMaterialResponse
-	(*TlsDomain)(nil),                  // 2: corpus.v1.TlsDomain
-	(*AgentRedeployRequest)(nil),       // 3: corpus.v1.AgentRedeployRequest
-	(*SetWebPortRequest)(nil),          // 4: corpus.v1.SetWebPortRequest
-	(*RollInstanceRequest)(nil),        // 5: corpus.v1.RollInstanceRequest
-	(*SwitchEnvRequest)(nil),           // 6: corpus.v1.SwitchEnvRequest
-	(*SwitchEnvResponse)(nil),          // 7: corpus.v1.SwitchEnvResponse
-	(*RollInstanceResponse)(nil),       // 8: corpus.v1.RollInstanceResponse
-	(*InstanceReleaseRequest)(nil),     // 9: corpus.v1.InstanceReleaseRequest
-	(*InstanceReleaseResponse)(nil),    // 10: corpus.v1.InstanceReleaseResponse
-	(*ReleaseSourceRequest)(nil),       // 11: corpus.v1.ReleaseSourceRequest
-	(*SourceChunk)(nil),                // 12: corpus.v1.SourceChunk
-	(*LoadRequest)(nil),                // 13: corpus.v1.LoadRequest
-	(*LoadResponse)(nil),               // 14: corpus.v1.LoadResponse
-	(*GuestLoad)(nil),                  // 15: corpus.v1.GuestLoad
-	(*SetWebPortResponse)(nil),         // 16: corpus.v1.SetWebPortResponse
-	(*SetManifestDomainsRequest)(nil),  // 17: corpus.v1.SetManifestDomainsRequest
-	(*SetManifestDomainsResponse)(nil), // 18: corpus.v1.SetManifestDomainsResponse
-	(*GitAccessRequest)(nil),           // 19: corpus.v1.GitAccessRequest
-	(*RecordShellRequest)(nil),         // 20: corpus.v1.RecordShellRequest
-	(*RecordShellResponse)(nil),        // 21: corpus.v1.RecordShellResponse
-	(*GitAccessResponse)(nil),          // 22: corpus.v1.GitAccessResponse
-	(*BeginReleaseRequest)(nil),        // 23: corpus.v1.BeginReleaseRequest
-	(*BeginReleaseResponse)(nil),       // 24: corpus.v1.BeginReleaseResponse
-	(*FinishReleaseRequest)(nil),       // 25: corpus.v1.FinishReleaseRequest
-	(*FinishReleaseResponse)(nil),      // 26: corpus.v1.FinishReleaseResponse
-	(*SetCurrentReleaseRequest)(nil),   // 27: corpus.v1.SetCurrentReleaseRequest
-	(*SetCurrentReleaseResponse)(nil),  // 28: corpus.v1.SetCurrentReleaseResponse
-	(*PruneReleasesRequest)(nil),       // 29: corpus.v1.PruneReleasesRequest
-	(*PruneReleasesResponse)(nil),      // 30: corpus.v1.PruneReleasesResponse
-	(*EnrollRequest)(nil),              // 31: corpus.v1.EnrollRequest
-	(*EnrollResponse)(nil),             // 32: corpus.v1.EnrollResponse
-	(*RenewCertificateRequest)(nil),    // 33: corpus.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 34: corpus.v1.RenewCertificateResponse
-	(*WatchRequest)(nil),               // 35: corpus.v1.WatchRequest
-	(*WatchResponse)(nil),              // 36: corpus.v1.WatchResponse
-	(*InstanceAssignment)(nil),         // 37: corpus.v1.InstanceAssignment
-	(*PeerNode)(nil),                   // 38: corpus.v1.PeerNode
-	(*ReportRequest)(nil),              // 39: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),              // 40: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),             // 41: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),               // 42: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),      // 43: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),     // 44: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),             // 45: corpus.v1.ReportResponse
-	(*CheckChallengeRequest)(nil),      // 46: corpus.v1.CheckChallengeRequest
-	(*CheckChallengeResponse)(nil),     // 47: corpus.v1.CheckChallengeResponse
-	(*DumpServiceRequest)(nil),         // 48: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),        // 49: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),          // 50: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),        // 51: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),        // 52: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),       // 53: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),        // 54: corpus.v1.ExportVolumeRequest
-	(*MeasureVolumeRequest)(nil),       // 55: corpus.v1.MeasureVolumeRequest
-	(*MeasureVolumeResponse)(nil),      // 56: corpus.v1.MeasureVolumeResponse
-	(*VolumeChunk)(nil),                // 57: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),       // 58: corpus.v1.ImportVolumeResponse
-	(*LintPushRequest)(nil),            // 59: corpus.v1.LintPushRequest
-	(*LintPushResponse)(nil),           // 60: corpus.v1.LintPushResponse
-	nil,                                // 61: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                // 62: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                // 63: corpus.v1.LoadResponse.ErrorsEntry
-	nil,                                // 64: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                // 65: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                // 66: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                // 67: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                // 68: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                // 69: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                // 70: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),            // 71: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                 // 72: corpus.v1.ProjectEnv
-	(*Release)(nil),                    // 73: corpus.v1.Release
-	(*Project)(nil),                    // 74: corpus.v1.Project
-	(*ReleaseStep)(nil),                // 75: corpus.v1.ReleaseStep
-	(*Resources)(nil),                  // 76: corpus.v1.Resources
-	(*DriverInfo)(nil),                 // 77: corpus.v1.DriverInfo
-	(*Node)(nil),                       // 78: corpus.v1.Node
-	(*Guest)(nil),                      // 79: corpus.v1.Guest
-	(*Route)(nil),                      // 80: corpus.v1.Route
-	(*Volume)(nil),                     // 81: corpus.v1.Volume
-	(*Backup)(nil),                     // 82: corpus.v1.Backup
-	(*Certificate)(nil),                // 83: corpus.v1.Certificate
-	(*Restore)(nil),                    // 84: corpus.v1.Restore
-	(*timestamppb.Timestamp)(nil),      // 85: google.protobuf.Timestamp
-	(*ReportedService)(nil),            // 86: corpus.v1.ReportedService
-	(*OrphanGuest)(nil),                // 87: corpus.v1.OrphanGuest
-	(*GuestObserved)(nil),              // 88: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),             // 89: corpus.v1.VolumeObserved
-	(*Service)(nil),                    // 90: corpus.v1.Service
-	(*ExecGuestRequest)(nil),           // 91: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),      // 92: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),            // 93: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),       // 94: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),           // 95: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                 // 96: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                // 97: corpus.v1.BackupChunk
-	(*ListImagesRequest)(nil),          // 98: corpus.v1.ListImagesRequest
-	(*RemoveImageRequest)(nil),         // 99: corpus.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),         // 100: corpus.v1.PruneImagesRequest
-	(*ExecOutput)(nil),                 // 101: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),     // 102: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),             // 103: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),               // 104: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),      // 105: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                    // 106: corpus.v1.LogLine
-	(*ListImagesResponse)(nil),         // 107: corpus.v1.ListImagesResponse
-	(*RemoveImageResponse)(nil),        // 108: corpus.v1.RemoveImageResponse
-	(*PruneImagesResponse)(nil),        // 109: corpus.v1.PruneImagesResponse
+	(*TlsMaterialRequest)(nil),          // 0: corpus.v1.TlsMaterialRequest
+	(*TlsMaterialResponse)(nil),         // 1: corpus.v1.TlsMaterialResponse
+	(*TlsDomain)(nil),                   // 2: corpus.v1.TlsDomain
+	(*AgentRedeployRequest)(nil),        // 3: corpus.v1.AgentRedeployRequest
+	(*SetWebPortRequest)(nil),           // 4: corpus.v1.SetWebPortRequest
+	(*RollInstanceRequest)(nil),         // 5: corpus.v1.RollInstanceRequest
+	(*SwitchEnvRequest)(nil),            // 6: corpus.v1.SwitchEnvRequest
+	(*SwitchEnvResponse)(nil),           // 7: corpus.v1.SwitchEnvResponse
+	(*RollInstanceResponse)(nil),        // 8: corpus.v1.RollInstanceResponse
+	(*InstanceReleaseRequest)(nil),      // 9: corpus.v1.InstanceReleaseRequest
+	(*InstanceReleaseResponse)(nil),     // 10: corpus.v1.InstanceReleaseResponse
+	(*ReleaseSourceRequest)(nil),        // 11: corpus.v1.ReleaseSourceRequest
+	(*SourceChunk)(nil),                 // 12: corpus.v1.SourceChunk
+	(*LoadRequest)(nil),                 // 13: corpus.v1.LoadRequest
+	(*LoadResponse)(nil),                // 14: corpus.v1.LoadResponse
+	(*GuestLoad)(nil),                   // 15: corpus.v1.GuestLoad
+	(*SetWebPortResponse)(nil),          // 16: corpus.v1.SetWebPortResponse
+	(*SetManifestDomainsRequest)(nil),   // 17: corpus.v1.SetManifestDomainsRequest
+	(*SetManifestDomainsResponse)(nil),  // 18: corpus.v1.SetManifestDomainsResponse
+	(*GitAccessRequest)(nil),            // 19: corpus.v1.GitAccessRequest
+	(*RecordShellRequest)(nil),          // 20: corpus.v1.RecordShellRequest
+	(*RecordShellResponse)(nil),         // 21: corpus.v1.RecordShellResponse
+	(*GitAccessResponse)(nil),           // 22: corpus.v1.GitAccessResponse
+	(*BeginReleaseRequest)(nil),         // 23: corpus.v1.BeginReleaseRequest
+	(*BeginReleaseResponse)(nil),        // 24: corpus.v1.BeginReleaseResponse
+	(*FinishReleaseRequest)(nil),        // 25: corpus.v1.FinishReleaseRequest
+	(*FinishReleaseResponse)(nil),       // 26: corpus.v1.FinishReleaseResponse
+	(*SetCurrentReleaseRequest)(nil),    // 27: corpus.v1.SetCurrentReleaseRequest
+	(*SetCurrentReleaseResponse)(nil),   // 28: corpus.v1.SetCurrentReleaseResponse
+	(*PruneReleasesRequest)(nil),        // 29: corpus.v1.PruneReleasesRequest
+	(*PruneReleasesResponse)(nil),       // 30: corpus.v1.PruneReleasesResponse
+	(*EnrollRequest)(nil),               // 31: corpus.v1.EnrollRequest
+	(*EnrollResponse)(nil),              // 32: corpus.v1.EnrollResponse
+	(*RenewCertificateRequest)(nil),     // 33: corpus.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),    // 34: corpus.v1.RenewCertificateResponse
+	(*WatchRequest)(nil),                // 35: corpus.v1.WatchRequest
+	(*WatchResponse)(nil),               // 36: corpus.v1.WatchResponse
+	(*InstanceAssignment)(nil),          // 37: corpus.v1.InstanceAssignment
+	(*PeerNode)(nil),                    // 38: corpus.v1.PeerNode
+	(*ReportRequest)(nil),               // 39: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),               // 40: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),              // 41: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),                // 42: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),       // 43: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),      // 44: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),              // 45: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),       // 46: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),      // 47: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),          // 48: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),         // 49: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),           // 50: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),         // 51: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),         // 52: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),        // 53: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),         // 54: corpus.v1.ExportVolumeRequest
+	(*MeasureVolumeRequest)(nil),        // 55: corpus.v1.MeasureVolumeRequest
+	(*MeasureVolumeResponse)(nil),       // 56: corpus.v1.MeasureVolumeResponse
+	(*VolumeChunk)(nil),                 // 57: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),        // 58: corpus.v1.ImportVolumeResponse
+	(*LintPushRequest)(nil),             // 59: corpus.v1.LintPushRequest
+	(*LintPushResponse)(nil),            // 60: corpus.v1.LintPushResponse
+	nil,                                 // 61: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                 // 62: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                 // 63: corpus.v1.LoadResponse.ErrorsEntry
+	nil,                                 // 64: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                 // 65: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                 // 66: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                 // 67: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                 // 68: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                 // 69: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                 // 70: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),             // 71: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                  // 72: corpus.v1.ProjectEnv
+	(*Release)(nil),                     // 73: corpus.v1.Release
+	(*Project)(nil),                     // 74: corpus.v1.Project
+	(*ReleaseStep)(nil),                 // 75: corpus.v1.ReleaseStep
+	(*Resources)(nil),                   // 76: corpus.v1.Resources
+	(*DriverInfo)(nil),                  // 77: corpus.v1.DriverInfo
+	(*Node)(nil),                        // 78: corpus.v1.Node
+	(*Guest)(nil),                       // 79: corpus.v1.Guest
+	(*Route)(nil),                       // 80: corpus.v1.Route
+	(*Volume)(nil),                      // 81: corpus.v1.Volume
+	(*Backup)(nil),                      // 82: corpus.v1.Backup
+	(*Certificate)(nil),                 // 83: corpus.v1.Certificate
+	(*Restore)(nil),                     // 84: corpus.v1.Restore
+	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
+	(*ReportedService)(nil),             // 86: corpus.v1.ReportedService
+	(*OrphanGuest)(nil),                 // 87: corpus.v1.OrphanGuest
+	(*GuestObserved)(nil),               // 88: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),              // 89: corpus.v1.VolumeObserved
+	(*Service)(nil),                     // 90: corpus.v1.Service
+	(*RegistryCredentialsRequest)(nil),  // 91: corpus.v1.RegistryCredentialsRequest
+	(*ExecGuestRequest)(nil),            // 92: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),       // 93: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),             // 94: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),        // 95: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),            // 96: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                  // 97: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                 // 98: corpus.v1.BackupChunk
+	(*ListImagesRequest)(nil),           // 99: corpus.v1.ListImagesRequest
+	(*RemoveImageRequest)(nil),          // 100: corpus.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),          // 101: corpus.v1.PruneImagesRequest
+	(*RegistryCredentialsResponse)(nil), // 102: corpus.v1.RegistryCredentialsResponse
+	(*ExecOutput)(nil),                  // 103: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),      // 104: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),              // 105: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),                // 106: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),       // 107: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                     // 108: corpus.v1.LogLine
+	(*ListImagesResponse)(nil),          // 109: corpus.v1.ListImagesResponse
+	(*RemoveImageResponse)(nil),         // 110: corpus.v1.RemoveImageResponse
+	(*PruneImagesResponse)(nil),         // 111: corpus.v1.PruneImagesResponse
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
@@ -4482,69 +4485,71 @@ var file_corpus_v1_agent_proto_depIdxs = []int32{
 	59,  // 65: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
 	43,  // 66: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
 	0,   // 67: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	91,  // 68: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54,  // 69: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	57,  // 70: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	92,  // 71: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	55,  // 72: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
-	93,  // 73: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11,  // 74: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13,  // 75: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,   // 76: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	94,  // 77: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	95,  // 78: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	96,  // 79: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48,  // 80: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	97,  // 81: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50,  // 82: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	97,  // 83: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52,  // 84: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46,  // 85: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	98,  // 86: corpus.v1.NodeAgentService.ListImages:input_type -> corpus.v1.ListImagesRequest
-	99,  // 87: corpus.v1.NodeAgentService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
-	100, // 88: corpus.v1.NodeAgentService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
-	32,  // 89: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34,  // 90: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36,  // 91: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45,  // 92: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22,  // 93: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24,  // 94: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26,  // 95: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28,  // 96: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30,  // 97: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 98: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16,  // 99: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,   // 100: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,   // 101: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10,  // 102: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12,  // 103: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21,  // 104: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	60,  // 105: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44,  // 106: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,   // 107: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	101, // 108: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	57,  // 109: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	58,  // 110: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	102, // 111: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	56,  // 112: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
-	103, // 113: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12,  // 114: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14,  // 115: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	104, // 116: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	105, // 117: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	106, // 118: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	101, // 119: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	97,  // 120: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49,  // 121: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	97,  // 122: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51,  // 123: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53,  // 124: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47,  // 125: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	107, // 126: corpus.v1.NodeAgentService.ListImages:output_type -> corpus.v1.ListImagesResponse
-	108, // 127: corpus.v1.NodeAgentService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
-	109, // 128: corpus.v1.NodeAgentService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
-	89,  // [89:129] is the sub-list for method output_type
-	49,  // [49:89] is the sub-list for method input_type
+	91,  // 68: corpus.v1.AgentService.RegistryCredentials:input_type -> corpus.v1.RegistryCredentialsRequest
+	92,  // 69: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	54,  // 70: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	57,  // 71: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	93,  // 72: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	55,  // 73: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
+	94,  // 74: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11,  // 75: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13,  // 76: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,   // 77: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	95,  // 78: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	96,  // 79: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	97,  // 80: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	48,  // 81: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	98,  // 82: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	50,  // 83: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	98,  // 84: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	52,  // 85: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	46,  // 86: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	99,  // 87: corpus.v1.NodeAgentService.ListImages:input_type -> corpus.v1.ListImagesRequest
+	100, // 88: corpus.v1.NodeAgentService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
+	101, // 89: corpus.v1.NodeAgentService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
+	32,  // 90: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 91: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 92: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	45,  // 93: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 94: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 95: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 96: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 97: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 98: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 99: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 100: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 101: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 102: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 103: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 104: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 105: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	60,  // 106: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	44,  // 107: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 108: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	102, // 109: corpus.v1.AgentService.RegistryCredentials:output_type -> corpus.v1.RegistryCredentialsResponse
+	103, // 110: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	57,  // 111: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	58,  // 112: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	104, // 113: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	56,  // 114: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	105, // 115: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 116: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 117: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	106, // 118: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	107, // 119: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	108, // 120: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	103, // 121: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	98,  // 122: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	49,  // 123: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	98,  // 124: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	51,  // 125: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	53,  // 126: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	47,  // 127: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	109, // 128: corpus.v1.NodeAgentService.ListImages:output_type -> corpus.v1.ListImagesResponse
+	110, // 129: corpus.v1.NodeAgentService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
+	111, // 130: corpus.v1.NodeAgentService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
+	90,  // [90:131] is the sub-list for method output_type
+	49,  // [49:90] is the sub-list for method input_type
 	49,  // [49:49] is the sub-list for extension type_name
 	49,  // [49:49] is the sub-list for extension extendee
 	0,   // [0:49] is the sub-list for field type_name
@@ -4561,6 +4566,7 @@ func file_corpus_v1_agent_proto_init() {
 	file_corpus_v1_volumes_proto_init()
 	file_corpus_v1_projects_proto_init()
 	file_corpus_v1_imagecache_proto_init()
+	file_corpus_v1_registries_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -37,7 +37,8 @@ type Extension struct {
 	CaPem string `protobuf:"bytes,3,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	// on are the kinds of writes it is called for: guest.create,
 	// guest.update (the object: the guest's name and spec as they would
-	// be), project.create, service.create, deploy (a push).
+	// be), project.create, service.create, image.deploy (corpus deploy
+	// --image, or a release's image again), deploy (a push).
 	On []string `protobuf:"bytes,4,rep,name=on,proto3" json:"on,omitempty"`
 	// kind: "mutate", "validate" or "lint".
 	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -769,6 +770,85 @@ func (*DeleteExtensionResponse) Descriptor() ([]byte, []int) {
 	return file_corpus_v1_extensions_proto_rawDescGZIP(), []int{12}
 }
 
+// AdmissionImage is the OCI image a write would run, beside its object
+// in a call's payload ("image"): for guest.create and guest.update (the
+// guest's image, when a reference), project.create (the project's image)
+// and image.deploy (corpus deploy --image, or a release's image deployed
+// again), so a policy can allow only some registries or require digests.
+type AdmissionImage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reference as given ("registry.example/team/app:1.2").
+	Reference string `protobuf:"bytes,1,opt,name=reference,proto3" json:"reference,omitempty"`
+	// registry as pulled from ("registry.example:5000"; docker.io is
+	// "index.docker.io").
+	Registry string `protobuf:"bytes,2,opt,name=registry,proto3" json:"registry,omitempty"`
+	// repository within it ("team/app").
+	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
+	// digest ("sha256:...") where it is resolved already: a reference by
+	// digest, or a release's recorded digest; "" for a tag not yet pulled.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmissionImage) Reset() {
+	*x = AdmissionImage{}
+	mi := &file_corpus_v1_extensions_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmissionImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmissionImage) ProtoMessage() {}
+
+func (x *AdmissionImage) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_extensions_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmissionImage.ProtoReflect.Descriptor instead.
+func (*AdmissionImage) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_extensions_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AdmissionImage) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *AdmissionImage) GetRegistry() string {
+	if x != nil {
+		return x.Registry
+	}
+	return ""
+}
+
+func (x *AdmissionImage) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *AdmissionImage) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 var File_corpus_v1_extensions_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_extensions_proto_rawDesc = "" +
@@ -822,7 +902,14 @@ const file_corpus_v1_extensions_proto_rawDesc = "" +
 	"\x1cSetExtensionDisabledResponse\",\n" +
 	"\x16DeleteExtensionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
-	"\x17DeleteExtensionResponse2\xd8\x03\n" +
+	"\x17DeleteExtensionResponse\"\x82\x01\n" +
+	"\x0eAdmissionImage\x12\x1c\n" +
+	"\treference\x18\x01 \x01(\tR\treference\x12\x1a\n" +
+	"\bregistry\x18\x02 \x01(\tR\bregistry\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x03 \x01(\tR\n" +
+	"repository\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest2\xd8\x03\n" +
 	"\x10ExtensionService\x12O\n" +
 	"\fAddExtension\x12\x1e.corpus.v1.AddExtensionRequest\x1a\x1f.corpus.v1.AddExtensionResponse\x12Z\n" +
 	"\x0eListExtensions\x12 .corpus.v1.ListExtensionsRequest\x1a!.corpus.v1.ListExtensionsResponse\"\x03\x90\x02\x01\x12T\n" +
@@ -842,7 +929,7 @@ func file_corpus_v1_extensions_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_extensions_proto_rawDescData
 }
 
-var file_corpus_v1_extensions_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_corpus_v1_extensions_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_corpus_v1_extensions_proto_goTypes = []any{
 	(*Extension)(nil),                    // 0: corpus.v1.Extension
 	(*AdmissionChange)(nil),              // 1: corpus.v1.AdmissionChange
@@ -857,10 +944,11 @@ var file_corpus_v1_extensions_proto_goTypes = []any{
 	(*SetExtensionDisabledResponse)(nil), // 10: corpus.v1.SetExtensionDisabledResponse
 	(*DeleteExtensionRequest)(nil),       // 11: corpus.v1.DeleteExtensionRequest
 	(*DeleteExtensionResponse)(nil),      // 12: corpus.v1.DeleteExtensionResponse
-	(*timestamppb.Timestamp)(nil),        // 13: google.protobuf.Timestamp
+	(*AdmissionImage)(nil),               // 13: corpus.v1.AdmissionImage
+	(*timestamppb.Timestamp)(nil),        // 14: google.protobuf.Timestamp
 }
 var file_corpus_v1_extensions_proto_depIdxs = []int32{
-	13, // 0: corpus.v1.Extension.created_at:type_name -> google.protobuf.Timestamp
+	14, // 0: corpus.v1.Extension.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: corpus.v1.AddExtensionRequest.extension:type_name -> corpus.v1.Extension
 	4,  // 2: corpus.v1.AddExtensionResponse.extension:type_name -> corpus.v1.ExtensionView
 	0,  // 3: corpus.v1.ExtensionView.extension:type_name -> corpus.v1.Extension
@@ -894,7 +982,7 @@ func file_corpus_v1_extensions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_extensions_proto_rawDesc), len(file_corpus_v1_extensions_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -115,6 +115,8 @@ type Command struct {
 	//	*Command_ReportOrphans
 	//	*Command_TouchUserTokens
 	//	*Command_Batch
+	//	*Command_PutRegistryLogin
+	//	*Command_DeleteRegistryLogin
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -813,6 +815,24 @@ func (x *Command) GetBatch() *Batch {
 	return nil
 }
 
+func (x *Command) GetPutRegistryLogin() *PutRegistryLogin {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutRegistryLogin); ok {
+			return x.PutRegistryLogin
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteRegistryLogin() *DeleteRegistryLogin {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteRegistryLogin); ok {
+			return x.DeleteRegistryLogin
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1093,6 +1113,14 @@ type Command_Batch struct {
 	Batch *Batch `protobuf:"bytes,232,opt,name=batch,proto3,oneof"`
 }
 
+type Command_PutRegistryLogin struct {
+	PutRegistryLogin *PutRegistryLogin `protobuf:"bytes,233,opt,name=put_registry_login,json=putRegistryLogin,proto3,oneof"`
+}
+
+type Command_DeleteRegistryLogin struct {
+	DeleteRegistryLogin *DeleteRegistryLogin `protobuf:"bytes,234,opt,name=delete_registry_login,json=deleteRegistryLogin,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1230,6 +1258,10 @@ func (*Command_ReportOrphans) isCommand_Cmd() {}
 func (*Command_TouchUserTokens) isCommand_Cmd() {}
 
 func (*Command_Batch) isCommand_Cmd() {}
+
+func (*Command_PutRegistryLogin) isCommand_Cmd() {}
+
+func (*Command_DeleteRegistryLogin) isCommand_Cmd() {}
 
 // TouchUserTokens records when (and from where) tokens were last used:
 // each replica coalesces its calls' uses in memory and proposes one of
@@ -3915,7 +3947,8 @@ type Snapshot struct {
 	// cluster_version is the group's cluster version ("v0.1"; "" before
 	// the leader first set it): a replica whose binary is older refuses
 	// the snapshot.
-	ClusterVersion string `protobuf:"bytes,24,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	ClusterVersion string           `protobuf:"bytes,24,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	RegistryLogins []*RegistryLogin `protobuf:"bytes,25,rep,name=registry_logins,json=registryLogins,proto3" json:"registry_logins,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -4118,6 +4151,13 @@ func (x *Snapshot) GetClusterVersion() string {
 	return ""
 }
 
+func (x *Snapshot) GetRegistryLogins() []*RegistryLogin {
+	if x != nil {
+		return x.RegistryLogins
+	}
+	return nil
+}
+
 // SetClusterVersion raises the group's cluster version to the lowest
 // server version of its voters (package coordinator/compat). It never
 // lowers it. Every release knows this entry kind.
@@ -4264,6 +4304,98 @@ func (x *DeleteExtension) GetName() string {
 	return ""
 }
 
+// PutRegistryLogin sets a registry's credentials (the password sealed by
+// the leader), replacing any it had. Since v0.2.
+type PutRegistryLogin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Login         *RegistryLogin         `protobuf:"bytes,1,opt,name=login,proto3" json:"login,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRegistryLogin) Reset() {
+	*x = PutRegistryLogin{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRegistryLogin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRegistryLogin) ProtoMessage() {}
+
+func (x *PutRegistryLogin) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRegistryLogin.ProtoReflect.Descriptor instead.
+func (*PutRegistryLogin) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PutRegistryLogin) GetLogin() *RegistryLogin {
+	if x != nil {
+		return x.Login
+	}
+	return nil
+}
+
+// DeleteRegistryLogin removes a registry's credentials; a registry
+// without any is ErrNotFound. Since v0.2.
+type DeleteRegistryLogin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRegistryLogin) Reset() {
+	*x = DeleteRegistryLogin{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRegistryLogin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRegistryLogin) ProtoMessage() {}
+
+func (x *DeleteRegistryLogin) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRegistryLogin.ProtoReflect.Descriptor instead.
+func (*DeleteRegistryLogin) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DeleteRegistryLogin) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
 // SetConfig changes a project environment's config: set values (sealed
 // by the leader with the keyring's primary key) and unset keys, together.
 type SetConfig struct {
@@ -4278,7 +4410,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4422,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4435,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4351,7 +4483,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4495,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4508,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4425,14 +4557,17 @@ type ResealedConfig struct {
 	Acme bool `protobuf:"varint,7,opt,name=acme,proto3" json:"acme,omitempty"`
 	// extension is set (alone) for an extension's secret: config holds
 	// "secret".
-	Extension     string `protobuf:"bytes,8,opt,name=extension,proto3" json:"extension,omitempty"`
+	Extension string `protobuf:"bytes,8,opt,name=extension,proto3" json:"extension,omitempty"`
+	// registry is set (alone) for a registry's password: config holds
+	// "password".
+	Registry      string `protobuf:"bytes,9,opt,name=registry,proto3" json:"registry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4579,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4592,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4516,6 +4651,13 @@ func (x *ResealedConfig) GetExtension() string {
 	return ""
 }
 
+func (x *ResealedConfig) GetRegistry() string {
+	if x != nil {
+		return x.Registry
+	}
+	return ""
+}
+
 // SetWebPort records the port a node switched an environment's web
 // process to, and points the environment's routes at it.
 type SetWebPort struct {
@@ -4532,7 +4674,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4544,7 +4686,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4557,7 +4699,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4620,7 +4762,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4774,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4787,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4732,7 +4874,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4886,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4899,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4803,7 +4945,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4957,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4970,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -4889,7 +5031,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4901,7 +5043,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4914,7 +5056,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -4996,7 +5138,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5150,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5163,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -5057,7 +5199,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5069,7 +5211,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5082,7 +5224,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -5113,7 +5255,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5125,7 +5267,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5138,7 +5280,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -5176,7 +5318,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5188,7 +5330,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5201,7 +5343,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LinkService) GetService() string {
@@ -5237,7 +5379,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5249,7 +5391,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5262,7 +5404,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5298,7 +5440,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5452,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5465,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5358,7 +5500,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5370,7 +5512,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5383,7 +5525,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5410,7 +5552,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5564,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5577,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5459,7 +5601,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5471,7 +5613,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5484,7 +5626,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5532,7 +5674,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5544,7 +5686,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5557,7 +5699,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5585,7 +5727,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5597,7 +5739,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5610,7 +5752,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5646,7 +5788,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5800,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5813,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5715,7 +5857,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5727,7 +5869,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5740,7 +5882,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5772,7 +5914,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5784,7 +5926,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5797,7 +5939,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5823,7 +5965,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5835,7 +5977,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5848,7 +5990,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -5871,7 +6013,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5883,7 +6025,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5896,7 +6038,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -5931,7 +6073,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\"\x95%\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\x1a\x1acorpus/v1/registries.proto\"\xba&\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -6020,7 +6162,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x13set_cluster_version\x18\xdc\x01 \x01(\v2\x1c.corpus.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12B\n" +
 	"\x0ereport_orphans\x18\xe6\x01 \x01(\v2\x18.corpus.v1.ReportOrphansH\x00R\rreportOrphans\x12I\n" +
 	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokens\x12)\n" +
-	"\x05batch\x18\xe8\x01 \x01(\v2\x10.corpus.v1.BatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\xe8\x01 \x01(\v2\x10.corpus.v1.BatchH\x00R\x05batch\x12L\n" +
+	"\x12put_registry_login\x18\xe9\x01 \x01(\v2\x1b.corpus.v1.PutRegistryLoginH\x00R\x10putRegistryLogin\x12U\n" +
+	"\x15delete_registry_login\x18\xea\x01 \x01(\v2\x1e.corpus.v1.DeleteRegistryLoginH\x00R\x13deleteRegistryLoginB\x05\n" +
 	"\x03cmd\"j\n" +
 	"\x0fTouchUserTokens\x12'\n" +
 	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\x12.\n" +
@@ -6199,7 +6343,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"%\n" +
 	"\n" +
 	"RemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xde\b\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa1\t\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.corpus.v1.ClusterConfigR\x06config\x12%\n" +
@@ -6230,14 +6374,19 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"extensions\x12#\n" +
 	"\rapplied_index\x18\x16 \x01(\x04R\fappliedIndex\x12=\n" +
 	"\fapplied_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x12'\n" +
-	"\x0fcluster_version\x18\x18 \x01(\tR\x0eclusterVersion\"-\n" +
+	"\x0fcluster_version\x18\x18 \x01(\tR\x0eclusterVersion\x12A\n" +
+	"\x0fregistry_logins\x18\x19 \x03(\v2\x18.corpus.v1.RegistryLoginR\x0eregistryLogins\"-\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\"\\\n" +
 	"\fPutExtension\x122\n" +
 	"\textension\x18\x01 \x01(\v2\x14.corpus.v1.ExtensionR\textension\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
 	"\x0fDeleteExtension\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xb6\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"B\n" +
+	"\x10PutRegistryLogin\x12.\n" +
+	"\x05login\x18\x01 \x01(\v2\x18.corpus.v1.RegistryLoginR\x05login\")\n" +
+	"\x13DeleteRegistryLogin\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\"\xb6\x01\n" +
 	"\tSetConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12/\n" +
@@ -6251,7 +6400,7 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\akeyring\x18\x01 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\x12%\n" +
 	"\x0eexpect_primary\x18\x02 \x01(\tR\rexpectPrimary\x12-\n" +
 	"\x04envs\x18\x03 \x03(\v2\x19.corpus.v1.ResealedConfigR\x04envs\x125\n" +
-	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xc3\x02\n" +
+	"\breleases\x18\x04 \x03(\v2\x19.corpus.v1.ResealedConfigR\breleases\"\xdf\x02\n" +
 	"\x0eResealedConfig\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x10\n" +
 	"\x03env\x18\x02 \x01(\tR\x03env\x12\x1d\n" +
@@ -6261,7 +6410,8 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\aservice\x18\x05 \x01(\tR\aservice\x12 \n" +
 	"\vcertificate\x18\x06 \x01(\tR\vcertificate\x12\x12\n" +
 	"\x04acme\x18\a \x01(\bR\x04acme\x12\x1c\n" +
-	"\textension\x18\b \x01(\tR\textension\x1a9\n" +
+	"\textension\x18\b \x01(\tR\textension\x12\x1a\n" +
+	"\bregistry\x18\t \x01(\tR\bregistry\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x81\x01\n" +
@@ -6393,7 +6543,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*TouchUserTokens)(nil),       // 1: corpus.v1.TouchUserTokens
@@ -6446,72 +6596,75 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*SetClusterVersion)(nil),     // 48: corpus.v1.SetClusterVersion
 	(*PutExtension)(nil),          // 49: corpus.v1.PutExtension
 	(*DeleteExtension)(nil),       // 50: corpus.v1.DeleteExtension
-	(*SetConfig)(nil),             // 51: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 52: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 53: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 54: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 55: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 56: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 57: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 58: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 59: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 60: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 61: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 62: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 63: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 64: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 65: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 66: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 67: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 68: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 69: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 70: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 71: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 72: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 73: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 74: corpus.v1.SetRouteTls
-	nil,                           // 75: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 76: corpus.v1.SetConfig.SetEntry
-	nil,                           // 77: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 78: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 79: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 80: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 81: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 82: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 83: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 84: corpus.v1.JoinToken
-	(*Node)(nil),                  // 85: corpus.v1.Node
-	(*Resources)(nil),             // 86: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 87: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 88: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 89: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 90: corpus.v1.Route
-	(*DnsRecord)(nil),             // 91: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 92: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 93: corpus.v1.User
-	(*UserToken)(nil),             // 94: corpus.v1.UserToken
-	(*SshKey)(nil),                // 95: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 96: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 97: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 98: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 99: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 100: corpus.v1.Coordinator
-	(*Volume)(nil),                // 101: corpus.v1.Volume
-	(*Project)(nil),               // 102: corpus.v1.Project
-	(*AuditEntry)(nil),            // 103: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 104: corpus.v1.Keyring
-	(*Service)(nil),               // 105: corpus.v1.Service
-	(*Backup)(nil),                // 106: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 107: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 108: corpus.v1.Certificate
-	(*Extension)(nil),             // 109: corpus.v1.Extension
-	(*AutoscalePolicy)(nil),       // 110: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 111: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 112: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 113: corpus.v1.ReportedService
+	(*PutRegistryLogin)(nil),      // 51: corpus.v1.PutRegistryLogin
+	(*DeleteRegistryLogin)(nil),   // 52: corpus.v1.DeleteRegistryLogin
+	(*SetConfig)(nil),             // 53: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 54: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 55: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 56: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 57: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 58: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 59: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 60: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 61: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 62: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 63: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 64: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 65: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 66: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 67: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 68: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 69: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 70: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 71: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 72: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 73: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 74: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 75: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 76: corpus.v1.SetRouteTls
+	nil,                           // 77: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 78: corpus.v1.SetConfig.SetEntry
+	nil,                           // 79: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 80: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 81: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 82: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 83: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 84: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 85: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 86: corpus.v1.JoinToken
+	(*Node)(nil),                  // 87: corpus.v1.Node
+	(*Resources)(nil),             // 88: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 89: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 90: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 91: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 92: corpus.v1.Route
+	(*DnsRecord)(nil),             // 93: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 94: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 95: corpus.v1.User
+	(*UserToken)(nil),             // 96: corpus.v1.UserToken
+	(*SshKey)(nil),                // 97: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 98: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 99: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 100: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 101: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 102: corpus.v1.Coordinator
+	(*Volume)(nil),                // 103: corpus.v1.Volume
+	(*Project)(nil),               // 104: corpus.v1.Project
+	(*AuditEntry)(nil),            // 105: corpus.v1.AuditEntry
+	(*Keyring)(nil),               // 106: corpus.v1.Keyring
+	(*Service)(nil),               // 107: corpus.v1.Service
+	(*Backup)(nil),                // 108: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 109: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 110: corpus.v1.Certificate
+	(*Extension)(nil),             // 111: corpus.v1.Extension
+	(*RegistryLogin)(nil),         // 112: corpus.v1.RegistryLogin
+	(*AutoscalePolicy)(nil),       // 113: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 114: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 115: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 116: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	81,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	83,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	6,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	7,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	8,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
@@ -6551,115 +6704,119 @@ var file_corpus_v1_raft_proto_depIdxs = []int32{
 	16,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	9,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
 	30,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	59,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	61,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	5,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	51,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	52,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	54,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	60,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	61,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	62,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	63,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	64,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	65,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	66,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	67,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	68,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	70,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	69,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	71,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	72,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	73,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	74,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	55,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	57,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	56,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	58,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	53,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	54,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	56,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	62,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	63,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	64,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	65,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	66,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	67,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	68,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	69,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	70,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	72,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	71,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	73,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	74,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	75,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	76,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	57,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	59,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	58,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	60,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
 	49,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
 	50,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
 	48,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
 	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
 	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
 	4,   // 69: corpus.v1.Command.batch:type_name -> corpus.v1.Batch
-	2,   // 70: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
-	2,   // 71: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
-	81,  // 72: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
-	82,  // 73: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	0,   // 74: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
-	83,  // 75: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	84,  // 76: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	85,  // 77: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	81,  // 78: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	86,  // 79: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	87,  // 80: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	75,  // 81: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	88,  // 82: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	14,  // 83: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	89,  // 84: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	17,  // 85: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	90,  // 86: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	91,  // 87: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	92,  // 88: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	27,  // 89: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	93,  // 90: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	94,  // 91: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	95,  // 92: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	96,  // 93: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	88,  // 94: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	90,  // 95: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	97,  // 96: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	98,  // 97: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	99,  // 98: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	90,  // 99: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	100, // 100: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	94,  // 101: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	83,  // 102: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	85,  // 103: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	88,  // 104: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	84,  // 105: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	90,  // 106: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	91,  // 107: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	101, // 108: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	93,  // 109: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	102, // 110: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	98,  // 111: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	100, // 112: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	103, // 113: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	94,  // 114: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	104, // 115: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	105, // 116: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	106, // 117: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	107, // 118: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	108, // 119: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	109, // 120: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	81,  // 121: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	109, // 122: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	76,  // 123: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	104, // 124: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	53,  // 125: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	53,  // 126: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	77,  // 127: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	78,  // 128: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	88,  // 129: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	110, // 130: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	79,  // 131: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	81,  // 132: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	111, // 133: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	97,  // 134: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	105, // 135: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	88,  // 136: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	112, // 137: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	80,  // 138: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	113, // 139: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	106, // 140: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	88,  // 141: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	107, // 142: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	108, // 143: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	144, // [144:144] is the sub-list for method output_type
-	144, // [144:144] is the sub-list for method input_type
-	144, // [144:144] is the sub-list for extension type_name
-	144, // [144:144] is the sub-list for extension extendee
-	0,   // [0:144] is the sub-list for field type_name
+	51,  // 70: corpus.v1.Command.put_registry_login:type_name -> corpus.v1.PutRegistryLogin
+	52,  // 71: corpus.v1.Command.delete_registry_login:type_name -> corpus.v1.DeleteRegistryLogin
+	2,   // 72: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
+	2,   // 73: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
+	83,  // 74: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	84,  // 75: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	0,   // 76: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
+	85,  // 77: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	86,  // 78: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	87,  // 79: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	83,  // 80: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	88,  // 81: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	89,  // 82: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	77,  // 83: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	90,  // 84: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	14,  // 85: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	91,  // 86: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	17,  // 87: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	92,  // 88: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	93,  // 89: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	94,  // 90: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	27,  // 91: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	95,  // 92: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	96,  // 93: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	97,  // 94: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	98,  // 95: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	90,  // 96: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	92,  // 97: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	99,  // 98: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	100, // 99: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	101, // 100: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	92,  // 101: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	102, // 102: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	96,  // 103: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	85,  // 104: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	87,  // 105: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	90,  // 106: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	86,  // 107: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	92,  // 108: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	93,  // 109: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	103, // 110: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	95,  // 111: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	104, // 112: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	100, // 113: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	102, // 114: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	105, // 115: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	96,  // 116: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	106, // 117: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	107, // 118: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	108, // 119: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	109, // 120: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	110, // 121: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	111, // 122: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	83,  // 123: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	112, // 124: corpus.v1.Snapshot.registry_logins:type_name -> corpus.v1.RegistryLogin
+	111, // 125: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	112, // 126: corpus.v1.PutRegistryLogin.login:type_name -> corpus.v1.RegistryLogin
+	78,  // 127: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	106, // 128: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	55,  // 129: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	55,  // 130: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	79,  // 131: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	80,  // 132: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	90,  // 133: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	113, // 134: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	81,  // 135: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	83,  // 136: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	114, // 137: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	99,  // 138: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	107, // 139: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	90,  // 140: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	115, // 141: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	82,  // 142: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	116, // 143: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	108, // 144: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	90,  // 145: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	109, // 146: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	110, // 147: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	148, // [148:148] is the sub-list for method output_type
+	148, // [148:148] is the sub-list for method input_type
+	148, // [148:148] is the sub-list for extension type_name
+	148, // [148:148] is the sub-list for extension extendee
+	0,   // [0:148] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6670,6 +6827,7 @@ func file_corpus_v1_raft_proto_init() {
 	file_corpus_v1_types_proto_init()
 	file_corpus_v1_extensions_proto_init()
 	file_corpus_v1_services_proto_init()
+	file_corpus_v1_registries_proto_init()
 	file_corpus_v1_raft_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_BootstrapCluster)(nil),
 		(*Command_CreateJoinToken)(nil),
@@ -6740,6 +6898,8 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_ReportOrphans)(nil),
 		(*Command_TouchUserTokens)(nil),
 		(*Command_Batch)(nil),
+		(*Command_PutRegistryLogin)(nil),
+		(*Command_DeleteRegistryLogin)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6747,7 +6907,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   81,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

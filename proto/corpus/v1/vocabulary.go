@@ -212,12 +212,13 @@ const (
 	OnGuestUpdate   = "guest.update"
 	OnProjectCreate = "project.create"
 	OnServiceCreate = "service.create"
+	OnImageDeploy   = "image.deploy"
 	OnDeploy        = "deploy"
 )
 
 // ExtensionEvents are the writes extensions are called for, in the order
 // the docs list them.
-var ExtensionEvents = []string{OnGuestCreate, OnGuestUpdate, OnProjectCreate, OnServiceCreate, OnDeploy}
+var ExtensionEvents = []string{OnGuestCreate, OnGuestUpdate, OnProjectCreate, OnServiceCreate, OnImageDeploy, OnDeploy}
 
 // Kinds of extensions (Extension.kind).
 const (

@@ -86,6 +86,9 @@ const (
 	// AgentServiceTlsMaterialProcedure is the fully-qualified name of the AgentService's TlsMaterial
 	// RPC.
 	AgentServiceTlsMaterialProcedure = "/corpus.v1.AgentService/TlsMaterial"
+	// AgentServiceRegistryCredentialsProcedure is the fully-qualified name of the AgentService's
+	// RegistryCredentials RPC.
+	AgentServiceRegistryCredentialsProcedure = "/corpus.v1.AgentService/RegistryCredentials"
 	// NodeAgentServiceExecProcedure is the fully-qualified name of the NodeAgentService's Exec RPC.
 	NodeAgentServiceExecProcedure = "/corpus.v1.NodeAgentService/Exec"
 	// NodeAgentServiceExportVolumeProcedure is the fully-qualified name of the NodeAgentService's
@@ -202,6 +205,11 @@ type AgentServiceClient interface {
 	// TlsMaterial gives the agent the certificates (keys opened) and
 	// challenge certificates of the https domains routed to its guests.
 	TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error)
+	// RegistryCredentials gives the agent a registry's credentials
+	// (password opened) for a pull: only for the registries of the images
+	// of its guests, and of any registry to a node running a project's
+	// guest (a deploy --image may name any). Never cached on the node.
+	RegistryCredentials(context.Context, *connect.Request[v1.RegistryCredentialsRequest]) (*connect.Response[v1.RegistryCredentialsResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the corpus.v1.AgentService service. By default, it
@@ -331,30 +339,38 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		registryCredentials: connect.NewClient[v1.RegistryCredentialsRequest, v1.RegistryCredentialsResponse](
+			httpClient,
+			baseURL+AgentServiceRegistryCredentialsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RegistryCredentials")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	enroll             *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	renewCertificate   *connect.Client[v1.RenewCertificateRequest, v1.RenewCertificateResponse]
-	watch              *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	report             *connect.Client[v1.ReportRequest, v1.ReportResponse]
-	gitAccess          *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
-	beginRelease       *connect.Client[v1.BeginReleaseRequest, v1.BeginReleaseResponse]
-	finishRelease      *connect.Client[v1.FinishReleaseRequest, v1.FinishReleaseResponse]
-	setCurrentRelease  *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
-	pruneReleases      *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
-	setManifestDomains *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
-	setWebPort         *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
-	rollInstance       *connect.Client[v1.RollInstanceRequest, v1.RollInstanceResponse]
-	switchEnv          *connect.Client[v1.SwitchEnvRequest, v1.SwitchEnvResponse]
-	instanceRelease    *connect.Client[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse]
-	releaseSource      *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
-	recordShell        *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
-	lintPush           *connect.Client[v1.LintPushRequest, v1.LintPushResponse]
-	serviceRuntime     *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
-	tlsMaterial        *connect.Client[v1.TlsMaterialRequest, v1.TlsMaterialResponse]
+	enroll              *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	renewCertificate    *connect.Client[v1.RenewCertificateRequest, v1.RenewCertificateResponse]
+	watch               *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	report              *connect.Client[v1.ReportRequest, v1.ReportResponse]
+	gitAccess           *connect.Client[v1.GitAccessRequest, v1.GitAccessResponse]
+	beginRelease        *connect.Client[v1.BeginReleaseRequest, v1.BeginReleaseResponse]
+	finishRelease       *connect.Client[v1.FinishReleaseRequest, v1.FinishReleaseResponse]
+	setCurrentRelease   *connect.Client[v1.SetCurrentReleaseRequest, v1.SetCurrentReleaseResponse]
+	pruneReleases       *connect.Client[v1.PruneReleasesRequest, v1.PruneReleasesResponse]
+	setManifestDomains  *connect.Client[v1.SetManifestDomainsRequest, v1.SetManifestDomainsResponse]
+	setWebPort          *connect.Client[v1.SetWebPortRequest, v1.SetWebPortResponse]
+	rollInstance        *connect.Client[v1.RollInstanceRequest, v1.RollInstanceResponse]
+	switchEnv           *connect.Client[v1.SwitchEnvRequest, v1.SwitchEnvResponse]
+	instanceRelease     *connect.Client[v1.InstanceReleaseRequest, v1.InstanceReleaseResponse]
+	releaseSource       *connect.Client[v1.ReleaseSourceRequest, v1.SourceChunk]
+	recordShell         *connect.Client[v1.RecordShellRequest, v1.RecordShellResponse]
+	lintPush            *connect.Client[v1.LintPushRequest, v1.LintPushResponse]
+	serviceRuntime      *connect.Client[v1.ServiceRuntimeRequest, v1.ServiceRuntimeResponse]
+	tlsMaterial         *connect.Client[v1.TlsMaterialRequest, v1.TlsMaterialResponse]
+	registryCredentials *connect.Client[v1.RegistryCredentialsRequest, v1.RegistryCredentialsResponse]
 }
 
 // Enroll calls corpus.v1.AgentService.Enroll.
@@ -452,6 +468,11 @@ func (c *agentServiceClient) TlsMaterial(ctx context.Context, req *connect.Reque
 	return c.tlsMaterial.CallUnary(ctx, req)
 }
 
+// RegistryCredentials calls corpus.v1.AgentService.RegistryCredentials.
+func (c *agentServiceClient) RegistryCredentials(ctx context.Context, req *connect.Request[v1.RegistryCredentialsRequest]) (*connect.Response[v1.RegistryCredentialsResponse], error) {
+	return c.registryCredentials.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the corpus.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a one-time join token for a node identity. It is the one
@@ -507,6 +528,11 @@ type AgentServiceHandler interface {
 	// TlsMaterial gives the agent the certificates (keys opened) and
 	// challenge certificates of the https domains routed to its guests.
 	TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error)
+	// RegistryCredentials gives the agent a registry's credentials
+	// (password opened) for a pull: only for the registries of the images
+	// of its guests, and of any registry to a node running a project's
+	// guest (a deploy --image may name any). Never cached on the node.
+	RegistryCredentials(context.Context, *connect.Request[v1.RegistryCredentialsRequest]) (*connect.Response[v1.RegistryCredentialsResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -632,6 +658,13 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRegistryCredentialsHandler := connect.NewUnaryHandler(
+		AgentServiceRegistryCredentialsProcedure,
+		svc.RegistryCredentials,
+		connect.WithSchema(agentServiceMethods.ByName("RegistryCredentials")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/corpus.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -672,6 +705,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceServiceRuntimeHandler.ServeHTTP(w, r)
 		case AgentServiceTlsMaterialProcedure:
 			agentServiceTlsMaterialHandler.ServeHTTP(w, r)
+		case AgentServiceRegistryCredentialsProcedure:
+			agentServiceRegistryCredentialsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -755,6 +790,10 @@ func (UnimplementedAgentServiceHandler) ServiceRuntime(context.Context, *connect
 
 func (UnimplementedAgentServiceHandler) TlsMaterial(context.Context, *connect.Request[v1.TlsMaterialRequest]) (*connect.Response[v1.TlsMaterialResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.TlsMaterial is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RegistryCredentials(context.Context, *connect.Request[v1.RegistryCredentialsRequest]) (*connect.Response[v1.RegistryCredentialsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.AgentService.RegistryCredentials is not implemented"))
 }
 
 // NodeAgentServiceClient is a client for the corpus.v1.NodeAgentService service.
