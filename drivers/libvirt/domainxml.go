@@ -116,11 +116,22 @@ type cpuFeatureXML struct {
 }
 
 type devicesXML struct {
-	Disks      []diskXML      `xml:"disk"`
-	Interfaces []interfaceXML `xml:"interface"`
-	Serials    []serialXML    `xml:"serial"`
-	Channels   []channelXML   `xml:"channel"`
-	RNG        *rngXML        `xml:"rng,omitempty"`
+	Disks       []diskXML       `xml:"disk"`
+	Controllers []controllerXML `xml:"controller"`
+	Interfaces  []interfaceXML  `xml:"interface"`
+	Serials     []serialXML     `xml:"serial"`
+	Channels    []channelXML    `xml:"channel"`
+	RNG         *rngXML         `xml:"rng,omitempty"`
+	MemBalloon  *memBalloonXML  `xml:"memballoon,omitempty"`
+}
+
+type controllerXML struct {
+	Type  string `xml:"type,attr"`
+	Model string `xml:"model,attr,omitempty"`
+}
+
+type memBalloonXML struct {
+	Model string `xml:"model,attr"`
 }
 
 type diskXML struct {
@@ -302,6 +313,12 @@ func (s vmSpec) domain() domainXML {
 				Target: channelTargetXML{Type: "virtio", Name: guestAgentChannel},
 			}},
 			RNG: &rngXML{Model: "virtio", Backend: backendXML{Model: "random", Value: "/dev/urandom"}},
+			// No USB controller and no balloon, which libvirt adds unless
+			// told: nothing uses them, and under emulation (TCG) the
+			// controller's frame timer and the balloon's polling cost CPU
+			// for as long as the VM runs, and their probing at boot.
+			Controllers: []controllerXML{{Type: "usb", Model: "none"}},
+			MemBalloon:  &memBalloonXML{Model: "none"},
 		},
 	}
 	for _, v := range s.Volumes {
