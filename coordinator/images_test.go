@@ -58,3 +58,44 @@ func TestImagesOfNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestOCIImageForAVMDriver: a guest of an OCI image for a driver whose
+// nodes run only the images it builds (libvirt) is refused at create,
+// naming the driver that runs OCI images, and nothing is created or
+// changed; the same image for that driver is created.
+func TestOCIImageForAVMDriver(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	ctx := context.Background()
+	a := s.enroll("n1")
+	if _, err := a.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), AgentAddress: a.address, AgentVersion: "test",
+		Drivers: []*corpusv1.DriverInfo{
+			{Name: "lxc", Healthy: true, Images: []string{"busybox"}, OciImages: true},
+			{Name: "libvirt", Healthy: true, Images: []string{"debian/bookworm"}},
+		}})); err != nil {
+		t.Fatal(err)
+	}
+	guests := s.ops().guests
+	ref := "registry.example:5000/team/app:1"
+	_, err := guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "vm", Spec: &corpusv1.GuestSpec{Driver: "libvirt", Image: ref}}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "not OCI images") || !strings.Contains(err.Error(), "--driver lxc") {
+		t.Errorf("CreateGuest(libvirt, %s) = %v, want InvalidArgument naming --driver lxc", ref, err)
+	}
+	if g := s.Store().Read().GuestByName("vm"); g != nil {
+		t.Errorf("the refused guest is in the state: %v", g)
+	}
+	if _, err := guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "ct", Spec: &corpusv1.GuestSpec{Driver: "lxc", Image: ref}})); err != nil {
+		t.Errorf("CreateGuest(lxc, %s) = %v", ref, err)
+	}
+	// Nor may a VM's image become one.
+	if _, err := guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "vm", Spec: &corpusv1.GuestSpec{Driver: "libvirt", Image: "debian/bookworm"}})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = guests.UpdateGuest(ctx, connect.NewRequest(&corpusv1.UpdateGuestRequest{Name: "vm", Image: &ref}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "not OCI images") {
+		t.Errorf("UpdateGuest(vm, image %s) = %v, want InvalidArgument", ref, err)
+	}
+	if img := s.Store().Read().GuestByName("vm").GetSpec().GetImage(); img != "debian/bookworm" {
+		t.Errorf("after the refused update, vm's image is %q", img)
+	}
+}

@@ -12,6 +12,7 @@ package fit
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -192,4 +193,43 @@ func PortConflict(node *corpusv1.Node, used map[int32]string, ports []*corpusv1.
 		}
 	}
 	return ""
+}
+
+// OCIRefusal is why a guest of spec cannot be created: its image is an
+// OCI reference, and the nodes that have its driver have it without OCI
+// images (the libvirt driver boots the VM images it builds). It names
+// the drivers of the nodes that take OCI images. "" when the image is no
+// reference, when a node's driver of that name takes OCI images, or when
+// no node has the driver yet (the guest waits for one, as any guest
+// does).
+func OCIRefusal(nodes []*corpusv1.Node, spec *corpusv1.GuestSpec) string {
+	if !imageref.IsReference(spec.GetImage()) {
+		return ""
+	}
+	var images []string
+	can := map[string]bool{}
+	for _, n := range nodes {
+		for _, d := range n.GetDrivers() {
+			switch {
+			case d.Name == spec.GetDriver() && (d.OciImages || len(d.Images) == 0):
+				return "" // it takes OCI images, or any image
+			case d.Name == spec.GetDriver():
+				images = d.Images
+			case d.OciImages || len(d.Images) == 0:
+				can[d.Name] = true
+			}
+		}
+	}
+	if images == nil {
+		return ""
+	}
+	why := fmt.Sprintf("driver %s runs the images it builds (%s), not OCI images such as %s", spec.GetDriver(), strings.Join(images, ", "), spec.GetImage())
+	if len(can) == 0 {
+		return why
+	}
+	var with []string
+	for _, d := range slices.Sorted(maps.Keys(can)) {
+		with = append(with, "--driver "+d)
+	}
+	return fmt.Sprintf("%s: the nodes run them with %s", why, strings.Join(with, " or "))
 }

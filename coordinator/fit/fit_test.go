@@ -191,3 +191,37 @@ func TestLeaf(t *testing.T) {
 		}
 	}
 }
+
+// TestOCIRefusal: an OCI image for a driver that runs only the images it
+// builds is refused naming the drivers that run OCI images; one whose
+// driver takes them, or any image, or that no node has yet, is not.
+func TestOCIRefusal(t *testing.T) {
+	vmNode := node(func(n *corpusv1.Node) {
+		n.Drivers = []*corpusv1.DriverInfo{
+			{Name: "lxc", Healthy: true, Images: []string{"busybox"}, OciImages: true},
+			{Name: "libvirt", Healthy: true, Images: []string{"debian/bookworm"}},
+			{Name: "kubernetes", Healthy: true},
+		}
+	})
+	ref := "registry.example:5000/team/app:1"
+	for _, tc := range []struct {
+		name  string
+		nodes []*corpusv1.Node
+		spec  *corpusv1.GuestSpec
+		want  string // in the refusal; "" for none
+	}{
+		{"libvirt, an OCI image", []*corpusv1.Node{vmNode}, spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image = "libvirt", ref }),
+			"driver libvirt runs the images it builds (debian/bookworm), not OCI images such as " + ref + ": the nodes run them with --driver kubernetes or --driver lxc"},
+		{"libvirt, its own image", []*corpusv1.Node{vmNode}, spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image = "libvirt", "debian/bookworm" }), ""},
+		{"lxc, an OCI image", []*corpusv1.Node{vmNode}, spec(func(s *corpusv1.GuestSpec) { s.Image = ref }), ""},
+		{"kubernetes, any image", []*corpusv1.Node{vmNode}, spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image = "kubernetes", ref }), ""},
+		{"no node with the driver", []*corpusv1.Node{node()}, spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image = "libvirt", ref }), ""},
+		{"no node runs OCI images", []*corpusv1.Node{node(func(n *corpusv1.Node) { n.Drivers = vmNode.Drivers[1:2] })},
+			spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image = "libvirt", ref }), "not OCI images such as " + ref},
+	} {
+		got := OCIRefusal(tc.nodes, tc.spec)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: OCIRefusal = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
+	"corpus/coordinator/fit"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
 	"corpus/internal/secret"
@@ -40,7 +41,7 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 		if m.Spec != nil {
 			spec = proto.Clone(m.Spec).(*corpusv1.GuestSpec)
 		}
-		return api.NormalizeSpec(spec)
+		return s.normalizeSpec(spec)
 	}
 	if err := check(); err != nil {
 		return nil, api.ToConnect(err)
@@ -69,6 +70,18 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 	}
 	created := s.b.Store.Read().GuestByName(m.Name)
 	return connect.NewResponse(&corpusv1.CreateGuestResponse{Guest: created, Created: true}), nil
+}
+
+// normalizeSpec is api.NormalizeSpec, and refuses an OCI image for a
+// driver whose nodes run only the images it builds (fit.OCIRefusal).
+func (s *guestService) normalizeSpec(spec *corpusv1.GuestSpec) error {
+	if err := api.NormalizeSpec(spec); err != nil {
+		return err
+	}
+	if why := fit.OCIRefusal(s.b.Store.Read().Nodes(), spec); why != "" {
+		return api.Invalidf("%s", why)
+	}
+	return nil
 }
 
 func (s *guestService) GetGuest(ctx context.Context, req *connect.Request[corpusv1.GetGuestRequest]) (*connect.Response[corpusv1.GetGuestResponse], error) {

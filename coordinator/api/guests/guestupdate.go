@@ -79,7 +79,7 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 			spec.Ports = append(spec.Ports, proto.Clone(p).(*corpusv1.Port))
 		}
 	}
-	if err := api.NormalizeSpec(spec); err != nil {
+	if err := s.normalizeSpec(spec); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	// Extensions see the guest as it would be, and may change it.
@@ -91,7 +91,7 @@ func (s *guestService) UpdateGuest(ctx context.Context, req *connect.Request[cor
 		if upd.Spec == nil {
 			return api.Invalidf("no spec")
 		}
-		return api.NormalizeSpec(upd.Spec)
+		return s.normalizeSpec(upd.Spec)
 	})
 	if err != nil {
 		return nil, err
