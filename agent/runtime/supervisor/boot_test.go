@@ -73,7 +73,10 @@ func TestBootScriptStops(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "boot")
 	cmd, done := bootCommand(t, filepath.Join(dir, "sup"), marker)
-	waitFor(t, "the boot marker", func() bool { _, err := os.Stat(marker); return err == nil })
+	// The script marks the guest before it sets its trap: asked to stop
+	// in between, sh ends by the signal. It is waiting (its trap set)
+	// once it has a child, the sleep of its loop.
+	waitFor(t, "the boot script waiting for the supervisor", func() bool { return hasChild(cmd.Process.Pid) })
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -87,6 +90,25 @@ func TestBootScriptStops(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("stopping took %s", d)
 	}
+}
+
+// hasChild reports whether process pid has a child, from the parent
+// PIDs in /proc/*/stat.
+func hasChild(pid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestDetachWaitsForBoot: in a guest whose main command starts the
