@@ -52,6 +52,11 @@ func (s *Server) Take(ctx context.Context) (*snapshotfile.Taken, error) {
 // nothing was written since the last snapshot, that one is current.
 func (r *replica) take(timeout time.Duration) (*raft.SnapshotMeta, []byte, error) {
 	if err := r.raft.Barrier(timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			// Deposed meanwhile (an election, on a loaded machine):
+			// Unavailable, which clients ask again, not Internal.
+			return nil, nil, r.notLeader()
+		}
 		return nil, nil, fmt.Errorf("waiting for committed entries to apply: %w", err)
 	}
 	f := r.raft.Snapshot()

@@ -290,17 +290,19 @@ func TestScheduledSnapshots(t *testing.T) {
 }
 
 // TestSnapshotFromFollower: a follower passes snapshot save to the leader
-// and relays its stream; the file is the leader's snapshot.
+// and relays its stream; the file is the leader's snapshot. A leader
+// deposed while it takes it answers Unavailable, and is asked again.
 func TestSnapshotFromFollower(t *testing.T) {
 	t.Parallel()
 	rs := startGroup(t, 3)
 	f := rs.follower()
 	path := filepath.Join(t.TempDir(), "cluster.snap")
 	c := &client.Clients{Snapshots: rs.ops(f).snap}
-	h, err := c.SaveSnapshot(context.Background(), path, []byte(snapSecret), nil)
-	if err != nil {
-		t.Fatalf("SaveSnapshot through follower %s = %v", f, err)
-	}
+	var h *corpusv1.SnapshotHeader
+	whileUnavailable(t, "SaveSnapshot through follower "+f, func() (err error) {
+		h, err = c.SaveSnapshot(context.Background(), path, []byte(snapSecret), nil)
+		return err
+	})
 	if h.ClusterId != rs.reps[f].Store().Read().Config().ClusterId || h.Counts["coordinators"] != 3 {
 		t.Errorf("header = %v, want the group's cluster and its 3 replicas", h)
 	}
