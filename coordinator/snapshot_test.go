@@ -123,8 +123,8 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 // TestRestoreRefusals: a wrong key, a damaged file, a state the state
-// machine does not take or a data folder of another cluster is refused with an error saying which, and the data
-// folder is left as it was.
+// machine does not take or a data folder of another cluster is refused
+// with an error saying which, and the data folder is left as it was.
 func TestRestoreRefusals(t *testing.T) {
 	t.Parallel()
 	s := start(t, t.TempDir())

@@ -66,8 +66,7 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 		return nil, "without driver " + spec.GetDriver()
 	case !drv.Healthy:
 		return nil, "with driver " + spec.GetDriver() + " unhealthy"
-	case len(drv.Images) > 0 && !slices.Contains(drv.Images, spec.GetImage()) &&
-		!(drv.OciImages && imageref.IsReference(spec.GetImage())):
+	case !takesImage(drv, spec.GetImage()):
 		return nil, "without image " + spec.GetImage()
 	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
 		return nil, "without packages for image " + spec.GetImage()
@@ -195,6 +194,12 @@ func PortConflict(node *corpusv1.Node, used map[int32]string, ports []*corpusv1.
 	return ""
 }
 
+// takesImage reports whether driver drv runs image: it takes any image
+// (it lists none), lists it, or takes OCI references and image is one.
+func takesImage(drv *corpusv1.DriverInfo, image string) bool {
+	return len(drv.Images) == 0 || slices.Contains(drv.Images, image) || (drv.OciImages && imageref.IsReference(image))
+}
+
 // OCIRefusal is why a guest of spec cannot be created: its image is an
 // OCI reference, and the nodes that have its driver have it without OCI
 // images (the libvirt driver boots the VM images it builds). It names
@@ -210,12 +215,12 @@ func OCIRefusal(nodes []*corpusv1.Node, spec *corpusv1.GuestSpec) string {
 	can := map[string]bool{}
 	for _, n := range nodes {
 		for _, d := range n.GetDrivers() {
-			switch {
-			case d.Name == spec.GetDriver() && (d.OciImages || len(d.Images) == 0):
-				return "" // it takes OCI images, or any image
+			switch takes := takesImage(d, spec.GetImage()); {
+			case d.Name == spec.GetDriver() && takes:
+				return ""
 			case d.Name == spec.GetDriver():
 				images = d.Images
-			case d.OciImages || len(d.Images) == 0:
+			case takes:
 				can[d.Name] = true
 			}
 		}

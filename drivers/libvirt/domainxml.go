@@ -314,9 +314,9 @@ func (s vmSpec) domain() domainXML {
 			}},
 			RNG: &rngXML{Model: "virtio", Backend: backendXML{Model: "random", Value: "/dev/urandom"}},
 			// No USB controller and no balloon, which libvirt adds unless
-			// told: nothing uses them, and under emulation (TCG) the
-			// controller's frame timer and the balloon's polling cost CPU
-			// for as long as the VM runs, and their probing at boot.
+			// told: nothing uses them, and under emulation (TCG) probing
+			// them costs boot CPU (measured: 45 CPU s to an idle login
+			// with them, 38 without).
 			Controllers: []controllerXML{{Type: "usb", Model: "none"}},
 			MemBalloon:  &memBalloonXML{Model: "none"},
 		},

@@ -33,6 +33,8 @@ func TestDomainXML(t *testing.T) {
 		`<interface type="ethernet">`,
 		`<target dev="vt1"></target>`,
 		`<target type="virtio" name="org.qemu.guest_agent.0"></target>`,
+		`<controller type="usb" model="none"></controller>`,
+		`<memballoon model="none"></memballoon>`,
 	} {
 		if !strings.Contains(x, want) {
 			t.Errorf("domain XML lacks %s:\n%s", want, x)
