@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,11 +54,11 @@ func TestDashboard(t *testing.T) {
 		return tok.Token
 	}
 	aliceTok, valTok := token("alice"), token("val")
-	base := forwardFrom(t, c.lab.ctl, "127.0.0.1:7400")
+	ns := c.lab.ctl
 	shots := os.Getenv("CORPUS_UI_SCREENSHOTS")
 
 	// The operator.
-	ops := openPage(t, chromium, base, shots)
+	ops := openPage(t, chromium, ns, shots)
 	ops.login(c.token)
 	ops.waitText("the cluster page", "Leader")
 	ops.accessible()
@@ -151,7 +149,7 @@ func TestDashboard(t *testing.T) {
 	ops.logout()
 
 	// A dev rolls back.
-	alice := openPage(t, chromium, base, "")
+	alice := openPage(t, chromium, ns, "")
 	alice.login(aliceTok)
 	alice.go_("#/projects")
 	alice.wait("alice's projects", `document.querySelector('[data-testid=project-row][data-name="hello"]')`)
@@ -188,7 +186,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	// A viewer sees no write button, and a forged write is refused.
-	val := openPage(t, chromium, base, "")
+	val := openPage(t, chromium, ns, "")
 	val.login(valTok)
 	val.go_("#/projects/hello")
 	val.waitText("the releases", "site two")
@@ -215,7 +213,7 @@ func TestDashboard(t *testing.T) {
 	val.logout()
 
 	// An operator drains the node from the page, and activates it again.
-	ops = openPage(t, chromium, base, "")
+	ops = openPage(t, chromium, ns, "")
 	ops.login(c.token)
 	ops.go_("#/nodes")
 	nodeMode := func() string {
@@ -264,92 +262,48 @@ ticker: i=0; while :; do i=$((i+1)); echo "<script>window.__xss=2</script> tick 
 	l.git("commit", "-q", "-m", subject)
 }
 
-// forwardFrom listens on the test's loopback and forwards each
-// connection to addr dialed in namespace ns: how the browser, which runs
-// here, reaches the coordinator of the lab. It returns the base URL.
-func forwardFrom(t *testing.T, ns, addr string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	dial := dialIn(ns)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer in.Close()
-				out, err := dial(context.Background(), "tcp", addr)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				done := make(chan struct{}, 2)
-				pipe := func(dst, src net.Conn) {
-					io.Copy(dst, src)
-					if tc, ok := dst.(*net.TCPConn); ok {
-						tc.CloseWrite()
-					}
-					done <- struct{}{}
-				}
-				go pipe(out, in)
-				go pipe(in, out)
-				<-done
-				<-done
-			}()
-		}
-	}()
-	return "https://" + ln.Addr().String()
-}
-
-// page is a browser of its own (its own cookies) on the dashboard at
-// base.
+// page is a browser of its own (its own cookies) on a dashboard.
 type page struct {
 	t     *testing.T
 	ctx   context.Context
-	base  string
 	shots string
 }
 
-func openPage(t *testing.T, chromium, base, shots string) *page {
+// openPage starts a browser in network namespace ns, the lab's control
+// namespace, on the dashboard of the coordinator listening there. The
+// browser runs in the lab's namespace, not the test's: Chromium aborts
+// its requests when the network configuration it sees changes
+// (net::ERR_NETWORK_CHANGED), and the tests beside this one add and
+// remove interfaces in the host's namespace all the time; the lab's
+// changes only while it is set up. chromedp talks to it over a pipe,
+// which the namespace does not stand between.
+func openPage(t *testing.T, chromium, ns, shots string) *page {
 	t.Helper()
+	const base = "https://127.0.0.1:7400"
+	dir := tempDir(t)
+	inNS := filepath.Join(dir, "chromium-in-"+ns)
+	script := "#!/bin/sh\nexec ip netns exec " + ns + " " + chromium + " \"$@\"\n"
+	if err := os.WriteFile(inNS, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.IgnoreCertErrors, chromedp.WindowSize(1280, 860),
+		chromedp.ExecPath(inNS), chromedp.NoSandbox, chromedp.IgnoreCertErrors, chromedp.WindowSize(1280, 860),
 		chromedp.UserDataDir(tempDir(t)),
 		// Chromium leaves files in $TMPDIR (org.chromium.Chromium.*):
 		// in a folder of the test's, removed with it.
-		chromedp.Env("TMPDIR="+tempDir(t)))...)
+		chromedp.Env("TMPDIR="+dir))...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	// The browser starts with the context's first action, and ends with
 	// the context that action ran in: this one, not a step's timeout.
 	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
+		t.Fatalf("starting %s in %s: %v", chromium, ns, err)
 	}
-	p := &page{t: t, ctx: ctx, base: base, shots: shots}
-	// Chromium aborts a page load when the host's network configuration
-	// changes (net::ERR_NETWORK_CHANGED), and the tests beside this one
-	// add and remove interfaces all the time: load it again then.
-	for try := 1; ; try++ {
-		nctx, ncancel := context.WithTimeout(ctx, testrun.D(30*time.Second))
-		err := chromedp.Do(nctx, chromedp.Navigate(base+"/ui/"))
-		ncancel()
-		if err == nil {
-			break
-		}
-		if !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") || try == 5 {
-			t.Fatalf("browser: loading %s/ui/: %v\n%s", base, err, p.dump())
-		}
-		t.Logf("loading %s/ui/ again: %v", base, err)
+	p := &page{t: t, ctx: ctx, shots: shots}
+	nctx, ncancel := context.WithTimeout(ctx, testrun.D(30*time.Second))
+	defer ncancel()
+	if err := chromedp.Do(nctx, chromedp.Navigate(base+"/ui/")); err != nil {
+		t.Fatalf("browser: loading %s/ui/: %v\n%s", base, err, p.dump())
 	}
 	return p
 }

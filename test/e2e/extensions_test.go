@@ -138,7 +138,7 @@ func TestExtensionsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Skip("needs Chromium for the dashboard's part (apt-get install chromium)")
 	}
-	ops := openPage(t, chromium, forwardFrom(t, c.lab.ctl, "127.0.0.1:7400"), "")
+	ops := openPage(t, chromium, c.lab.ctl, "")
 	ops.login(c.token)
 	ops.go_("#/extensions")
 	ops.wait("the extensions in order", `[...document.querySelectorAll('[data-testid=extension-row]')].map(r => r.dataset.name).join(' ') === 'memory no-secrets'`)
