@@ -586,7 +586,7 @@ func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
 		// Releases from images: their own store, layers checked by
 		// digest, the trees unpacked for a deploy's time.
 		Images: &oci.Store{Root: filepath.Join(a.cfg.StateDir, "images", "oci"), Insecure: catalog.InsecureRegistries(),
-			Log: a.logger.With("component", "deploy-images"), Keychain: a.keychain},
+			CertsDir: catalog.RegistryCertsDir(), Log: a.logger.With("component", "deploy-images"), Keychain: a.keychain},
 		ImageDir: filepath.Join(a.cfg.StateDir, "images", "unpack"),
 	}
 	if a.cfg.GitAddr != "" {

@@ -10,6 +10,7 @@ import (
 	"corpus/drivers"
 	"corpus/drivers/libvirt"
 	"corpus/drivers/lxc"
+	"corpus/images/oci"
 )
 
 // The built-in drivers.
@@ -19,13 +20,16 @@ func init() {
 	// (/etc/subuid and /etc/subgid otherwise); the host's image store
 	// (lxc.Config.Store) from CORPUS_LXC_IMAGE_STORE (none when unset).
 	// CORPUS_INSECURE_REGISTRIES lists, comma-separated, the registries
-	// OCI images may be pulled from over plain HTTP.
+	// OCI images may be pulled from over plain HTTP;
+	// CORPUS_REGISTRY_CERTS_DIR is the folder of registries' own
+	// certificates (RegistryCertsDir).
 	register("lxc", func(c Config) (drivers.Driver, error) {
 		return lxc.New(lxc.Config{
 			Path: filepath.Join(c.StateDir, "lxc"), Logger: c.Logger,
 			SubUIDFile: os.Getenv("CORPUS_LXC_SUBUID"), SubGIDFile: os.Getenv("CORPUS_LXC_SUBGID"),
 			Store:              os.Getenv("CORPUS_LXC_IMAGE_STORE"),
 			InsecureRegistries: InsecureRegistries(),
+			RegistryCertsDir:   RegistryCertsDir(),
 			ImageCacheMax:      c.ImageCacheMax,
 			Keychain:           c.Keychain,
 		})
@@ -43,6 +47,16 @@ func InsecureRegistries() []string {
 		}
 	}
 	return insecure
+}
+
+// RegistryCertsDir is the folder of the certificates of registries with
+// an authority of their own, as Docker's certs.d (oci.Store.CertsDir):
+// CORPUS_REGISTRY_CERTS_DIR, by default oci.DefaultCertsDir.
+func RegistryCertsDir() string {
+	if dir := os.Getenv("CORPUS_REGISTRY_CERTS_DIR"); dir != "" {
+		return dir
+	}
+	return oci.DefaultCertsDir
 }
 
 // newLibvirt reads where libvirtd is from the environment:

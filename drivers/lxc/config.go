@@ -31,6 +31,9 @@ type Config struct {
 	// images may be pulled from over plain HTTP; registries on a
 	// loopback address always may.
 	InsecureRegistries []string
+	// RegistryCertsDir holds the certificates of registries with an
+	// authority of their own (oci.Store.CertsDir).
+	RegistryCertsDir string
 	// Keychain gives OCI pulls the credentials of registries; nil pulls
 	// anonymously.
 	Keychain authn.Keychain

@@ -38,6 +38,13 @@ type Store struct {
 	// Transport is the HTTP transport under the registry client; nil is
 	// http.DefaultTransport (system CAs).
 	Transport http.RoundTripper
+	// CertsDir holds the certificates of registries with an authority
+	// of their own, as Docker's certs.d does (DefaultCertsDir):
+	// CertsDir/HOST[:PORT]/*.crt are trusted for that registry beside the
+	// system's CAs, and NAME.cert with NAME.key is a client certificate
+	// offered to it. "", or a registry without a folder there, trusts
+	// the system's CAs alone.
+	CertsDir string
 	// Log receives what unpacking skips (device nodes); nil discards.
 	Log *slog.Logger
 	// Keychain gives the credentials of a registry (its
@@ -96,6 +103,9 @@ func (s *Store) Pull(ctx context.Context, image string, progress ProgressFunc) (
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	if base, err = registryTransport(base, s.CertsDir, registry); err != nil {
+		return nil, fmt.Errorf("pulling %s: %w", image, err)
+	}
 	auth := authn.Anonymous
 	if s.Keychain != nil {
 		if auth, err = authn.Resolve(ctx, s.Keychain, ref.Context()); err != nil {
@@ -104,7 +114,7 @@ func (s *Store) Pull(ctx context.Context, image string, progress ProgressFunc) (
 	}
 	img, err := s.pull(ctx, ref, auth, schemeGuard{base: base, plainOK: s.insecure})
 	if err != nil {
-		return nil, fmt.Errorf("pulling %s: %w", image, refused(err, ref, auth))
+		return nil, fmt.Errorf("pulling %s: %w", image, s.untrusted(refused(err, ref, auth), registry))
 	}
 	out := &Image{Reference: image, Digest: img.digest.String(), Config: img.cfg.Config, DiffIDs: img.cfg.RootFS.DiffIDs}
 	for i, l := range img.layers {
@@ -114,7 +124,7 @@ func (s *Store) Pull(ctx context.Context, image string, progress ProgressFunc) (
 		}
 		n, err := s.fetchBlob(l, h)
 		if err != nil {
-			return nil, fmt.Errorf("pulling %s: layer %d/%d %s: %w", image, i+1, len(img.layers), h, refused(err, ref, auth))
+			return nil, fmt.Errorf("pulling %s: layer %d/%d %s: %w", image, i+1, len(img.layers), h, s.untrusted(refused(err, ref, auth), registry))
 		}
 		out.Layers = append(out.Layers, h)
 		out.Size += n

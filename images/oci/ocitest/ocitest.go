@@ -8,6 +8,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log"
 	"net"
@@ -24,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"corpus/internal/pki"
 )
 
 // File is one tar entry of a test layer. Typ is a tar type flag
@@ -141,11 +145,75 @@ func Serve(t testing.TB, ln net.Listener, opts ...registry.Option) string {
 
 // serve serves h on ln for the test's life and returns ln's host:port.
 func serve(t testing.TB, ln net.Listener, h http.Handler) string {
-	srv := &http.Server{Handler: h}
+	// Handshake errors (a client that does not trust a TLS registry,
+	// on purpose) are the test's to report.
+	srv := &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0)}
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 	return ln.Addr().String()
+}
+
+// TLSRegistry is a registry served over HTTPS by ServeTLS.
+type TLSRegistry struct {
+	// Host is its host:port.
+	Host string
+	// CA is the certificate (PEM) of the authority its certificate is
+	// from, and ClientCert with ClientKey a client certificate that
+	// authority issued.
+	CA, ClientCert, ClientKey []byte
+}
+
+// Client is a TLS configuration that trusts the registry's authority
+// and offers its client certificate (to push with).
+func (r TLSRegistry) Client(t testing.TB) *tls.Config {
+	t.Helper()
+	pair, err := tls.X509KeyPair(r.ClientCert, r.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.CA)
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+}
+
+// ServeTLS serves the registry as Registry does, over HTTPS with a
+// certificate for 127.0.0.1 from an authority of its own; with
+// clientCerts it asks for a client certificate from that authority and
+// refuses a connection without one.
+func ServeTLS(t testing.TB, clientCerts bool) TLSRegistry {
+	t.Helper()
+	caPEM, caKey, err := pki.NewCA("ocitest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(caPEM, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(id string, ips ...net.IP) (certPEM, keyPEM []byte) {
+		certPEM, keyPEM, _, err := ca.IssueKeyPair(pki.Request{Role: pki.RoleNode, ID: id, IPs: ips, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certPEM, keyPEM
+	}
+	server, err := tls.X509KeyPair(issue("registry", net.IPv4(127, 0, 0, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}
+	if clientCerts {
+		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, ca.Pool()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := TLSRegistry{CA: caPEM}
+	r.ClientCert, r.ClientKey = issue("client")
+	r.Host = serve(t, tls.NewListener(ln, cfg), registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	return r
 }
 
 // ServePrivate serves the registry as Serve does, behind HTTP basic
