@@ -98,6 +98,54 @@ func TestRegistryLogins(t *testing.T) {
 		t.Errorf("RegistryCredentials by a node with no guest from %s = %v, want PermissionDenied", host, err)
 	}
 
+	// A node of the kubernetes driver (no list of images it builds)
+	// pulls Docker Hub's short names too: index.docker.io's credentials
+	// are its for a guest of nginx:1.25; an LXC guest of busybox, an
+	// image its node builds, gives none.
+	kube := s.enroll("kube")
+	if _, err := kube.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
+		Capacity: capacity(), AgentAddress: kube.address, AgentVersion: "test",
+		Drivers: []*corpusv1.DriverInfo{{Name: "kubernetes", Healthy: true, Exec: true, OwnNetwork: true, Converge: true}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	hubCreds := func(a *agent) error {
+		_, err := a.agent.RegistryCredentials(ctx, connect.NewRequest(&corpusv1.RegistryCredentialsRequest{Host: "docker.io"}))
+		return err
+	}
+	if err := hubCreds(kube); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("index.docker.io's credentials for a node with no guest = %v, want PermissionDenied", err)
+	}
+	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "web", Spec: &corpusv1.GuestSpec{
+		Driver: "kubernetes", Image: "nginx:1.25"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("web placed", func(v *state.Snap) bool { return v.GuestByName("web").GetNodeId() == kube.id })
+	if err := hubCreds(kube); err != nil {
+		t.Errorf("index.docker.io's credentials for the node of a kubernetes guest of nginx:1.25 = %v", err)
+	}
+	// The LXC nodes say which images they build, as the real driver does.
+	for _, a := range []*agent{puller, other} {
+		if _, err := a.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
+			Capacity: capacity(), AgentAddress: a.address, AgentVersion: "test",
+			Drivers: []*corpusv1.DriverInfo{{Name: "lxc", Healthy: true, Exec: true, Images: []string{"busybox", "debian/bookworm"}, OciImages: true}},
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "bb", Spec: &corpusv1.GuestSpec{
+		Driver: "lxc", Image: "busybox"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("bb placed", func(v *state.Snap) bool { return v.GuestByName("bb").GetNodeId() != "" })
+	bbNode := puller
+	if s.Store().Read().GuestByName("bb").NodeId == other.id {
+		bbNode = other
+	}
+	if err := hubCreds(bbNode); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("index.docker.io's credentials for the node of an LXC guest of busybox = %v, want PermissionDenied", err)
+	}
+
 	// Logout removes them, and again is no error.
 	out, err := ops.reg.Logout(ctx, connect.NewRequest(&corpusv1.RegistryLogoutRequest{Host: host}))
 	if err != nil || !out.Msg.Removed {

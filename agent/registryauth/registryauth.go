@@ -57,24 +57,38 @@ func (k *Keychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
 // saying the registry wants credentials, and is tried again). A refusal
 // (a node not running a guest of that registry) is an error.
 func (k *Keychain) ResolveContext(ctx context.Context, r authn.Resource) (authn.Authenticator, error) {
+	a, known, err := k.ResolveKnown(ctx, r)
+	if known {
+		return a, err
+	}
+	if k.Log != nil {
+		k.Log.Warn("no coordinator answered for a registry's credentials; pulling anonymously", "registry", r.RegistryStr(), "error", err)
+	}
+	return authn.Anonymous, nil
+}
+
+// ResolveKnown is ResolveContext for a caller that tells "no
+// credentials" from "cannot tell now": known is false (the
+// authenticator nil, the error saying why, if anything) while no
+// coordinator answers or before the agent has one to ask. The kubernetes
+// driver keeps a registry's pull secret as it is then, rather than
+// removing it as after a logout.
+func (k *Keychain) ResolveKnown(ctx context.Context, r authn.Resource) (a authn.Authenticator, known bool, err error) {
 	k.mu.Lock()
 	src := k.src
 	k.mu.Unlock()
 	if src == nil {
-		return authn.Anonymous, nil
+		return nil, false, nil
 	}
 	c, err := src(ctx, r.RegistryStr())
 	if connect.CodeOf(err) == connect.CodeUnavailable || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
-		if k.Log != nil {
-			k.Log.Warn("no coordinator answered for a registry's credentials; pulling anonymously", "registry", r.RegistryStr(), "error", err)
-		}
-		return authn.Anonymous, nil
+		return nil, false, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if !c.Found {
-		return authn.Anonymous, nil
+		return authn.Anonymous, true, nil
 	}
-	return authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password}), nil
+	return authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password}), true, nil
 }

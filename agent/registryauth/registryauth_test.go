@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -67,5 +68,43 @@ func TestKeychainPulls(t *testing.T) {
 				t.Fatalf("Pull = %v, want it to say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestResolveKnown tells "no credentials" (known, anonymous) from
+// "cannot tell now" (no coordinator answered, or none to ask yet).
+func TestResolveKnown(t *testing.T) {
+	t.Parallel()
+	res, err := name.ParseReference("registry.example/app:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		src       Source
+		known     bool
+		anonymous bool
+		err       bool
+	}{
+		{"credentials", func(context.Context, string) (Credentials, error) {
+			return Credentials{Found: true, Username: "u", Password: "p"}, nil
+		}, true, false, false},
+		{"none set", func(context.Context, string) (Credentials, error) { return Credentials{}, nil }, true, true, false},
+		{"no coordinator", func(context.Context, string) (Credentials, error) {
+			return Credentials{}, connect.NewError(connect.CodeUnavailable, errors.New("no coordinator"))
+		}, false, false, true},
+		{"refused", func(context.Context, string) (Credentials, error) {
+			return Credentials{}, connect.NewError(connect.CodePermissionDenied, errors.New("no"))
+		}, true, false, true},
+		{"not pointed at a coordinator yet", nil, false, false, false},
+	} {
+		k := &Keychain{}
+		if tc.src != nil {
+			k.Use(tc.src)
+		}
+		a, known, err := k.ResolveKnown(context.Background(), res.Context())
+		if known != tc.known || (a == authn.Anonymous) != tc.anonymous || (err != nil) != tc.err {
+			t.Errorf("%s: ResolveKnown = %v, known %t, %v; want known %t, anonymous %t, error %t", tc.name, a, known, err, tc.known, tc.anonymous, tc.err)
+		}
 	}
 }

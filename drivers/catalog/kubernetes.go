@@ -16,6 +16,7 @@ func init() {
 		return kubernetes.New(kubernetes.Config{
 			Kubeconfig: k.Kubeconfig, NamespacePrefix: k.NamespacePrefix, Node: c.Node,
 			StorageClass: k.StorageClass, IngressClass: k.IngressClass, Capacity: k.Capacity, Logger: c.Logger,
+			Keychain: c.Keychain,
 		})
 	})
 }

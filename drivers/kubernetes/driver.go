@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +52,11 @@ type Config struct {
 	Burst int
 	// Timeout bounds one API request; default 30s.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Keychain gives the credentials of the registries of the guests'
+	// images, which reach the kubelet as image pull secrets; nil pulls
+	// anonymously.
+	Keychain authn.Keychain
+	Logger   *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -94,6 +99,9 @@ type Driver struct {
 	classMu   sync.Mutex
 	classLast string
 	classAt   time.Time
+
+	pullMu sync.Mutex
+	pulls  map[string]bool // registries with a pull secret; nil until listed
 
 	viewMu    sync.Mutex
 	v         *view // nil until first used

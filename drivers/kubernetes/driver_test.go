@@ -442,7 +442,7 @@ func TestDriver(t *testing.T) {
 		s := spec("ffff000000000001", "shared")
 		// Objects with corpus's labels outside the driver's namespace:
 		// in "default" and in another corpus node's namespace.
-		foreign := desiredDeployment("default", s, 1)
+		foreign := desiredDeployment("default", s, 1, "")
 		if _, err := e.client.AppsV1().Deployments("default").Create(e.ctx, foreign, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -451,7 +451,7 @@ func TestDriver(t *testing.T) {
 		if err := e.d.ensureNamespace(e.ctx); err != nil {
 			t.Fatal(err)
 		}
-		theirs := desiredDeployment(e.d.Namespace(), spec("ffff000000000002", "theirs"), 1)
+		theirs := desiredDeployment(e.d.Namespace(), spec("ffff000000000002", "theirs"), 1, "")
 		delete(theirs.Labels, LabelManagedBy)
 		if _, err := e.client.AppsV1().Deployments(e.d.Namespace()).Create(e.ctx, theirs, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -48,15 +48,19 @@ func (d *Driver) Create(ctx context.Context, spec drivers.GuestSpec, progress dr
 	if err := d.convergeClaim(ctx, v, spec); err != nil {
 		return err
 	}
+	pull, err := d.convergePullSecret(ctx, spec.Image, progress)
+	if err != nil {
+		return err
+	}
 	var w *workload
 	if workloadKind(spec) == kindStatefulSet {
-		set, err := d.convergeStatefulSet(ctx, v, spec, progress)
+		set, err := d.convergeStatefulSet(ctx, v, spec, pull, progress)
 		if err != nil {
 			return err
 		}
 		w = statefulSetWorkload(set)
 	} else {
-		dep, err := d.convergeDeployment(ctx, v, spec, progress)
+		dep, err := d.convergeDeployment(ctx, v, spec, pull, progress)
 		if err != nil {
 			return err
 		}
@@ -77,11 +81,11 @@ func owned(kind string, meta metav1.ObjectMeta, id string) error {
 	return nil
 }
 
-func (d *Driver) convergeDeployment(ctx context.Context, v *view, spec drivers.GuestSpec, progress drivers.ProgressFunc) (*appsv1.Deployment, error) {
+func (d *Driver) convergeDeployment(ctx context.Context, v *view, spec drivers.GuestSpec, pull string, progress drivers.ProgressFunc) (*appsv1.Deployment, error) {
 	api := d.client.AppsV1().Deployments(d.ns)
 	cur, err := v.deps.Get(spec.Name)
 	if apierrors.IsNotFound(err) {
-		want := desiredDeployment(d.ns, spec, 0)
+		want := desiredDeployment(d.ns, spec, 0, pull)
 		if progress != nil {
 			progress("creating deployment " + d.ns + "/" + spec.Name)
 		}
@@ -113,7 +117,7 @@ func (d *Driver) convergeDeployment(ctx context.Context, v *view, spec drivers.G
 		if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0 {
 			replicas = 0
 		}
-		want := desiredDeployment(d.ns, spec, replicas)
+		want := desiredDeployment(d.ns, spec, replicas, pull)
 		if !deploymentDrifted(cur, want) {
 			return cur, nil
 		}
@@ -162,6 +166,7 @@ func workloadDrifted(cur, want *workload) bool {
 		len(ct[0].Env) != len(wt[0].Env),
 		len(ct[0].Ports) != len(wt[0].Ports),
 		len(cur.template.Spec.Volumes) != len(want.template.Spec.Volumes),
+		len(cur.template.Spec.ImagePullSecrets) != len(want.template.Spec.ImagePullSecrets),
 		!equality.Semantic.DeepDerivative(*want.template, *cur.template),
 		!equality.Semantic.DeepEqual(wt[0].Resources, ct[0].Resources):
 		return true
@@ -172,11 +177,11 @@ func workloadDrifted(cur, want *workload) bool {
 // convergeStatefulSet is convergeDeployment for a guest with a volume.
 // A StatefulSet's selector and service name cannot change; corpus sets
 // them from the guest's id and name, which do not change either.
-func (d *Driver) convergeStatefulSet(ctx context.Context, v *view, spec drivers.GuestSpec, progress drivers.ProgressFunc) (*appsv1.StatefulSet, error) {
+func (d *Driver) convergeStatefulSet(ctx context.Context, v *view, spec drivers.GuestSpec, pull string, progress drivers.ProgressFunc) (*appsv1.StatefulSet, error) {
 	api := d.client.AppsV1().StatefulSets(d.ns)
 	cur, err := v.sets.Get(spec.Name)
 	if apierrors.IsNotFound(err) {
-		want := desiredStatefulSet(d.ns, spec, 0)
+		want := desiredStatefulSet(d.ns, spec, 0, pull)
 		if progress != nil {
 			progress("creating statefulset " + d.ns + "/" + spec.Name)
 		}
@@ -207,7 +212,7 @@ func (d *Driver) convergeStatefulSet(ctx context.Context, v *view, spec drivers.
 		if cur.Spec.Replicas != nil && *cur.Spec.Replicas == 0 {
 			replicas = 0
 		}
-		want := desiredStatefulSet(d.ns, spec, replicas)
+		want := desiredStatefulSet(d.ns, spec, replicas, pull)
 		if !workloadDrifted(statefulSetWorkload(cur), statefulSetWorkload(want)) &&
 			equality.Semantic.DeepDerivative(want.Spec.Selector, cur.Spec.Selector) {
 			return cur, nil

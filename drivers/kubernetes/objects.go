@@ -159,9 +159,10 @@ func specHash(spec drivers.GuestSpec) string {
 }
 
 // desiredPodTemplate is the pod template of the guest's workload: one
-// container with the spec's image, limits, env and ports, and the claim
-// of its volume mounted by name.
-func desiredPodTemplate(spec drivers.GuestSpec) corev1.PodTemplateSpec {
+// container with the spec's image, limits, env and ports, the claim of
+// its volume mounted by name, and the pull secret of its image's
+// registry (pullSecret, "" for none).
+func desiredPodTemplate(spec drivers.GuestSpec, pullSecret string) corev1.PodTemplateSpec {
 	c := corev1.Container{
 		Name:  containerName,
 		Image: spec.Image,
@@ -190,6 +191,9 @@ func desiredPodTemplate(spec drivers.GuestSpec) corev1.PodTemplateSpec {
 		c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(p.GuestPort), Protocol: proto})
 	}
 	pod := corev1.PodSpec{Containers: []corev1.Container{c}}
+	if pullSecret != "" {
+		pod.ImagePullSecrets = []corev1.LocalObjectReference{{Name: pullSecret}}
+	}
 	if spec.Volume != nil {
 		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: volumeName, MountPath: spec.Volume.Path}}
 		pod.Volumes = []corev1.Volume{{Name: volumeName, VolumeSource: corev1.VolumeSource{
@@ -221,13 +225,13 @@ func workloadMeta(ns string, spec drivers.GuestSpec) metav1.ObjectMeta {
 
 // desiredDeployment is the Deployment of a guest without a volume, with
 // replicas.
-func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.Deployment {
+func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32, pullSecret string) *appsv1.Deployment {
 	d := &appsv1.Deployment{
 		ObjectMeta: workloadMeta(ns, spec),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelGuestID: spec.ID}},
-			Template: desiredPodTemplate(spec),
+			Template: desiredPodTemplate(spec, pullSecret),
 		},
 	}
 	if spec.Volume != nil {
@@ -245,14 +249,14 @@ func desiredDeployment(ns string, spec drivers.GuestSpec, replicas int32) *appsv
 // to make it. The one pod (<name>-0) keeps a stable name, and the
 // StatefulSet replaces it only once the old one is gone, so one writer at
 // a time holds the ReadWriteOnce claim.
-func desiredStatefulSet(ns string, spec drivers.GuestSpec, replicas int32) *appsv1.StatefulSet {
+func desiredStatefulSet(ns string, spec drivers.GuestSpec, replicas int32, pullSecret string) *appsv1.StatefulSet {
 	return &appsv1.StatefulSet{
 		ObjectMeta: workloadMeta(ns, spec),
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:    &replicas,
 			ServiceName: spec.Name,
 			Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{LabelGuestID: spec.ID}},
-			Template:    desiredPodTemplate(spec),
+			Template:    desiredPodTemplate(spec, pullSecret),
 		},
 	}
 }

@@ -46,6 +46,18 @@ func Parse(image string, insecure bool) (name.Reference, error) {
 	return ref, nil
 }
 
+// ParseAny parses image as a driver that takes any image reference
+// pulls it (the kubernetes driver: its cluster's kubelets pull Docker
+// Hub's short names, nginx:1.25, too): a reference without a registry
+// host is Docker Hub's (index.docker.io/library/nginx:1.25).
+func ParseAny(image string) (name.Reference, error) {
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %w", image, err)
+	}
+	return ref, nil
+}
+
 // Loopback reports whether registry (a host, with or without a port) is
 // on a loopback address: "localhost", 127.0.0.0/8 or ::1.
 func Loopback(registry string) bool {

@@ -56,6 +56,23 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestParseAny(t *testing.T) {
+	t.Parallel()
+	for image, want := range map[string]string{
+		"nginx:1.25":                  "index.docker.io/library/nginx:1.25",
+		"team/app":                    "index.docker.io/team/app:latest",
+		"registry.example/team/app:1": "registry.example/team/app:1",
+	} {
+		ref, err := ParseAny(image)
+		if err != nil || ref.Name() != want {
+			t.Errorf("ParseAny(%q) = %v, %v; want %s", image, ref, err, want)
+		}
+	}
+	if _, err := ParseAny("Bad/Name"); err == nil || !strings.Contains(err.Error(), "Bad/Name") {
+		t.Errorf("ParseAny(Bad/Name) = %v, want an error naming it", err)
+	}
+}
+
 func TestLoopback(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -401,6 +402,51 @@ func TestKubernetesNode(t *testing.T) {
 		out := c.mustCLI("volume", "show", "data")
 		if !strings.Contains(out, "claim "+c.ns+"/data Pending") {
 			return fmt.Errorf("volume show says %q", out)
+		}
+		return nil
+	})
+
+	// A registry with a login: the cluster's kubelets get its
+	// credentials as an image pull secret the guest references, which
+	// follows the login.
+	if _, stderr, code := c.cliStdin("s3cret-pw\n", "registry", "login", "registry.example", "-u", "ci", "--password-stdin"); code != 0 {
+		t.Fatalf("registry login: %s", stderr)
+	}
+	c.mustCLI("guest", "create", "priv", "--driver", "kubernetes", "--image", "registry.example/team/app:2", "--memory", "64M", "--detach")
+	var pullSecret string
+	eventually(t, 30*time.Second, "priv's pull secret", func() error {
+		d, err := c.kube.Client.AppsV1().Deployments(c.ns).Get(ctx, "priv", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		refs := d.Spec.Template.Spec.ImagePullSecrets
+		if len(refs) != 1 {
+			return fmt.Errorf("pull secrets %v, want one", refs)
+		}
+		sec, err := c.kube.Client.CoreV1().Secrets(c.ns).Get(ctx, refs[0].Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if sec.Type != corev1.SecretTypeDockerConfigJson || sec.Annotations["corpus.dev/registry"] != "registry.example" ||
+			!strings.Contains(string(sec.Data[corev1.DockerConfigJsonKey]), `"registry.example":{`) ||
+			!strings.Contains(string(sec.Data[corev1.DockerConfigJsonKey]), `"password":"s3cret-pw"`) {
+			return fmt.Errorf("pull secret %s: type %s, annotations %v, %d bytes of config", sec.Name, sec.Type, sec.Annotations, len(sec.Data[corev1.DockerConfigJsonKey]))
+		}
+		pullSecret = sec.Name
+		return nil
+	})
+	c.mustCLI("registry", "logout", "registry.example")
+	c.mustCLI("guest", "update", "priv", "--memory", "96M")
+	eventually(t, 30*time.Second, "priv without its pull secret after the logout", func() error {
+		d, err := c.kube.Client.AppsV1().Deployments(c.ns).Get(ctx, "priv", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if refs := d.Spec.Template.Spec.ImagePullSecrets; len(refs) != 0 {
+			return fmt.Errorf("pull secrets %v, want none", refs)
+		}
+		if _, err := c.kube.Client.CoreV1().Secrets(c.ns).Get(ctx, pullSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the pull secret after the logout: %v", err)
 		}
 		return nil
 	})

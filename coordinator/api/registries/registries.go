@@ -172,17 +172,28 @@ func (a *Credentials) RegistryCredentials(ctx context.Context, req *connect.Requ
 }
 
 // mayPull reports whether node may pull from registry host: one of its
-// guests has an image there, or is a project's.
+// guests has an image there, or is a project's. The image of a guest
+// whose driver takes any image (no list of images it builds: the
+// kubernetes driver) is read as that driver's cluster reads it, Docker
+// Hub's short names included.
 func mayPull(v *state.Snap, node, host string) bool {
 	if node == "" {
 		return false
+	}
+	anyImage := map[string]bool{}
+	for _, d := range v.Node(node).GetDrivers() {
+		anyImage[d.Name] = len(d.Images) == 0
 	}
 	projects := v.GuestProjects()
 	for _, g := range v.GuestsOnNode(node) {
 		if ref, ok := projects[g.Id]; ok && !strings.HasPrefix(ref.Project, "service:") {
 			return true
 		}
-		if r, err := imageref.Parse(g.GetSpec().GetImage(), false); err == nil && r.Context().RegistryStr() == host {
+		r, err := imageref.Parse(g.GetSpec().GetImage(), false)
+		if err != nil && anyImage[g.GetSpec().GetDriver()] {
+			r, err = imageref.ParseAny(g.GetSpec().GetImage())
+		}
+		if err == nil && r.Context().RegistryStr() == host {
 			return true
 		}
 	}
