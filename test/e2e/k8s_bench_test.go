@@ -51,7 +51,7 @@ func TestKubernetesScale(t *testing.T) {
 		name := fmt.Sprintf("lat%d", i)
 		start := time.Now()
 		c.mustCLI("guest", "create", name, "--driver", "kubernetes", "--image", "registry.example/app:1.0",
-			"--memory", "64M", "--cpus", "10m", "--disk", "1M", "--port", "8080", "--detach")
+			"--memory", "64M", "--cpus", "10m", "--disk", "32M", "--port", "8080", "--detach")
 		eventually(t, time.Minute, name+" objects", func() error {
 			_, _, err := c.objects(ctx, name)
 			return err
@@ -102,7 +102,7 @@ func TestKubernetesScale(t *testing.T) {
 				Name: fmt.Sprintf("g%d", i),
 				Spec: &corpusv1.GuestSpec{
 					Driver: "kubernetes", Image: "registry.example/app:1.0",
-					Resources: &corpusv1.Resources{MemoryBytes: 64 << 20, CpuMillis: 10, DiskBytes: 1 << 20},
+					Resources: &corpusv1.Resources{MemoryBytes: 64 << 20, CpuMillis: 10, DiskBytes: 32 << 20},
 					Ports:     []*corpusv1.Port{{HostPort: 8080, GuestPort: 8080, Protocol: "tcp"}},
 				},
 			}))
