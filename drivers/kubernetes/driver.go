@@ -56,7 +56,15 @@ type Config struct {
 	// images, which reach the kubelet as image pull secrets; nil pulls
 	// anonymously.
 	Keychain authn.Keychain
-	Logger   *slog.Logger
+	// CredentialsTTL is how long the driver reuses the keychain's answer
+	// for a registry. The agent reconciles every guest at every pass,
+	// and each reconcile of a guest of this driver converges its pull
+	// secret: without it, a restarted agent with 500 guests asks a
+	// coordinator 500 times. A new password or a logout reaches the
+	// cluster within this long (and the next pass). 0 is 10s; negative
+	// asks at every Create.
+	CredentialsTTL time.Duration
+	Logger         *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -103,6 +111,9 @@ type Driver struct {
 	pullMu sync.Mutex
 	pulls  map[string]bool // registries with a pull secret; nil until listed
 
+	credMu sync.Mutex
+	creds  map[string]credentials // the keychain's answers, by registry
+
 	viewMu    sync.Mutex
 	v         *view // nil until first used
 	stop      chan struct{}
@@ -133,6 +144,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.CredentialsTTL == 0 {
+		cfg.CredentialsTTL = 10 * time.Second
 	}
 	rc := cfg.REST
 	if rc == nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -25,10 +26,11 @@ import (
 // (corpus registry login), in the driver's namespace, named from the
 // registry, and referenced by the pod template of every guest whose
 // image is in that registry. Its content comes from the agent's
-// keychain at each Create, so a new password reaches the cluster with
-// the next guest created or changed (and a secret deleted or edited by
-// hand is written again); a guest whose registry lost its login
-// references no secret any more, and the secret goes. While no
+// keychain at each Create (the agent's reconcile of a guest: at least
+// every pass), its answer reused for Config.CredentialsTTL, so a new
+// password reaches the cluster within that long (and a secret deleted
+// or edited by hand is written again); a guest whose registry lost its
+// login references no secret any more, and the secret goes. While no
 // coordinator answers, a registry's secret stays as it was. The
 // password is in the Secret as the kubelet needs it: the cluster's own
 // protection of Secrets (encryption at rest, RBAC) keeps it.
@@ -49,7 +51,7 @@ func pullSecretName(registry string) string {
 // dockerConfigKey is registry as a docker config names it: Docker Hub
 // by its historical URL, which every kubelet matches.
 func dockerConfigKey(registry string) string {
-	if registry == name.DefaultRegistry {
+	if registry == imageref.DockerHub {
 		return "https://index.docker.io/v1/"
 	}
 	return registry
@@ -94,9 +96,16 @@ type knowingKeychain interface {
 	ResolveKnown(context.Context, authn.Resource) (authn.Authenticator, bool, error)
 }
 
+// credentials is the keychain's answer for a registry, and when it came.
+type credentials struct {
+	auth *authn.AuthConfig
+	at   time.Time
+}
+
 // credentials asks the keychain for the credentials of image's
-// registry: the registry, and nil when it has none (or the driver has
-// no keychain). known is false when the keychain cannot tell now.
+// registry (or reuses its answer of less than CredentialsTTL ago): the
+// registry, and nil when it has none (or the driver has no keychain).
+// known is false when the keychain cannot tell now.
 func (d *Driver) credentials(ctx context.Context, image string) (registry string, auth *authn.AuthConfig, known bool, err error) {
 	ref, err := imageref.ParseAny(image)
 	if err != nil || d.cfg.Keychain == nil {
@@ -104,27 +113,51 @@ func (d *Driver) credentials(ctx context.Context, image string) (registry string
 	}
 	res := ref.Context()
 	registry = res.RegistryStr()
+	d.credMu.Lock()
+	c, ok := d.creds[registry]
+	d.credMu.Unlock()
+	if ok && time.Since(c.at) < d.cfg.CredentialsTTL {
+		return registry, c.auth, true, nil
+	}
+	auth, known, err = d.askKeychain(ctx, res)
+	if known && err == nil && d.cfg.CredentialsTTL > 0 {
+		d.credMu.Lock()
+		if d.creds == nil {
+			d.creds = map[string]credentials{}
+		}
+		d.creds[registry] = credentials{auth: auth, at: time.Now()}
+		d.credMu.Unlock()
+	}
+	if err != nil {
+		return "", nil, true, err
+	}
+	return registry, auth, known, nil
+}
+
+// askKeychain is credentials without the reuse.
+func (d *Driver) askKeychain(ctx context.Context, res name.Repository) (auth *authn.AuthConfig, known bool, err error) {
+	registry := res.RegistryStr()
 	var a authn.Authenticator
 	if k, ok := d.cfg.Keychain.(knowingKeychain); ok {
 		if a, known, err = k.ResolveKnown(ctx, res); !known {
-			return registry, nil, false, nil
+			return nil, false, nil
 		}
 	} else {
 		a, err = authn.Resolve(ctx, d.cfg.Keychain, res)
 	}
 	if err != nil {
-		return "", nil, true, fmt.Errorf("getting the credentials of registry %s: %w", registry, err)
+		return nil, true, fmt.Errorf("getting the credentials of registry %s: %w", registry, err)
 	}
 	if a == authn.Anonymous {
-		return registry, nil, true, nil
+		return nil, true, nil
 	}
 	if auth, err = authn.Authorization(ctx, a); err != nil {
-		return "", nil, true, fmt.Errorf("getting the credentials of registry %s: %w", registry, err)
+		return nil, true, fmt.Errorf("getting the credentials of registry %s: %w", registry, err)
 	}
 	if *auth == (authn.AuthConfig{}) {
-		return registry, nil, true, nil
+		return nil, true, nil
 	}
-	return registry, auth, true, nil
+	return auth, true, nil
 }
 
 // convergePullSecret makes the pull secret of image's registry hold its

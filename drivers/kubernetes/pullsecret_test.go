@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type logins struct {
 	creds   map[string]authn.AuthConfig
 	err     error
 	unknown bool
+	asked   int
 }
 
 func (l *logins) ResolveKnown(_ context.Context, r authn.Resource) (authn.Authenticator, bool, error) {
@@ -43,6 +45,7 @@ func (l *logins) ResolveKnown(_ context.Context, r authn.Resource) (authn.Authen
 func (l *logins) Resolve(r authn.Resource) (authn.Authenticator, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.asked++
 	if l.err != nil {
 		return nil, l.err
 	}
@@ -69,8 +72,10 @@ func (l *logins) set(registry string, c *authn.AuthConfig) {
 func TestPullSecrets(t *testing.T) {
 	c := k8stest.Start(t)
 	keys := &logins{creds: map[string]authn.AuthConfig{}}
+	// Asking the keychain at every Create, so the test sees each change
+	// at once; the reuse of its answers is checked at the end.
 	newDriver := func() *Driver {
-		d, err := New(Config{REST: c.Config, NamespacePrefix: "corpus-", Node: "pull", Keychain: keys})
+		d, err := New(Config{REST: c.Config, NamespacePrefix: "corpus-", Node: "pull", Keychain: keys, CredentialsTTL: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,6 +208,28 @@ func TestPullSecrets(t *testing.T) {
 	}
 	if err := d.Create(ctx, foreign, nil); !errors.Is(err, drivers.ErrExists) {
 		t.Errorf("Create over a foreign secret of the pull secret's name = %v, want ErrExists", err)
+	}
+
+	// By default a registry's answer is reused for a while: a restarted
+	// agent's pass over many guests of one registry asks once.
+	cached, err := New(Config{REST: c.Config, NamespacePrefix: "corpus-", Node: "pull-cached", Keychain: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	keys.mu.Lock()
+	before := keys.asked
+	keys.mu.Unlock()
+	for i, id := range []string{"b1b1000000000001", "b1b1000000000002", "b1b1000000000003"} {
+		s := spec(id, fmt.Sprintf("many%d", i))
+		s.Image = "other.example/app:1"
+		create(cached, s)
+	}
+	keys.mu.Lock()
+	asked := keys.asked - before
+	keys.mu.Unlock()
+	if asked != 1 {
+		t.Errorf("three Creates of guests of one registry asked the keychain %d times, want once", asked)
 	}
 
 	// A keychain that fails (a coordinator refusing) fails the Create,

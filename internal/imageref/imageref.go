@@ -46,6 +46,10 @@ func Parse(image string, insecure bool) (name.Reference, error) {
 	return ref, nil
 }
 
+// DockerHub is Docker Hub's registry as pulls reach it, what references
+// that name no registry (nginx:1.25) or docker.io mean.
+const DockerHub = name.DefaultRegistry
+
 // ParseAny parses image as a driver that takes any image reference
 // pulls it (the kubernetes driver: its cluster's kubelets pull Docker
 // Hub's short names, nginx:1.25, too): a reference without a registry

@@ -408,7 +408,8 @@ func TestKubernetesNode(t *testing.T) {
 
 	// A registry with a login: the cluster's kubelets get its
 	// credentials as an image pull secret the guest references, which
-	// follows the login.
+	// follows the login (within the driver's reuse of an answer, 10s,
+	// and the agent's next pass).
 	if _, stderr, code := c.cliStdin("s3cret-pw\n", "registry", "login", "registry.example", "-u", "ci", "--password-stdin"); code != 0 {
 		t.Fatalf("registry login: %s", stderr)
 	}

@@ -189,6 +189,13 @@ func mayPull(v *state.Snap, node, host string) bool {
 		if ref, ok := projects[g.Id]; ok && !strings.HasPrefix(ref.Project, "service:") {
 			return true
 		}
+		// A reference names its registry first, as given: only Docker
+		// Hub's are spelled otherwise (docker.io, or none). Asked once
+		// per guest a node creates, over all of the node's guests: the
+		// parse is for the few that can match.
+		if host != imageref.DockerHub && !strings.HasPrefix(g.GetSpec().GetImage(), host+"/") {
+			continue
+		}
 		r, err := imageref.Parse(g.GetSpec().GetImage(), false)
 		if err != nil && anyImage[g.GetSpec().GetDriver()] {
 			r, err = imageref.ParseAny(g.GetSpec().GetImage())
