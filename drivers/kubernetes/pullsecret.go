@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -59,22 +58,9 @@ func dockerConfigKey(registry string) string {
 
 // pullSecret is the registry's pull secret holding auth.
 func pullSecret(ns, registry string, auth *authn.AuthConfig) (*corev1.Secret, error) {
-	entry := map[string]string{}
-	switch {
-	case auth.Username != "" || auth.Password != "":
-		entry["username"] = auth.Username
-		entry["password"] = auth.Password
-		entry["auth"] = base64.StdEncoding.EncodeToString([]byte(auth.Username + ":" + auth.Password))
-	case auth.Auth != "":
-		entry["auth"] = auth.Auth
-	}
-	if auth.IdentityToken != "" {
-		entry["identitytoken"] = auth.IdentityToken
-	}
-	if auth.RegistryToken != "" {
-		entry["registrytoken"] = auth.RegistryToken
-	}
-	data, err := json.Marshal(map[string]any{"auths": map[string]any{dockerConfigKey(registry): entry}})
+	// AuthConfig marshals as a docker config entry: username,
+	// password, and auth computed from them.
+	data, err := json.Marshal(map[string]any{"auths": map[string]authn.AuthConfig{dockerConfigKey(registry): *auth}})
 	if err != nil {
 		return nil, err
 	}
