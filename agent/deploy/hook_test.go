@@ -123,7 +123,7 @@ func asNobody(t *testing.T, sock string) string {
 	// In the test's own folder (open to the user nobody, unlike the
 	// socket's folder), removed with it: not in the machine's /tmp.
 	bin := filepath.Join(filepath.Dir(filepath.Dir(sock)), "deploy.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
+	if err := testrun.WriteExecutable(bin, self); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-test.run=^TestHookAskHelper$")

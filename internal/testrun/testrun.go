@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -169,4 +170,17 @@ func Made(kind, what string) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testrun: recording %s %s: %v\n", kind, what, err)
 	}
+}
+
+// WriteExecutable writes an executable file that the test will run, with
+// no fork of this process in between: a child forked while the file is
+// open for writing holds the descriptor until it execs, and running the
+// file in that window fails with "text file busy" (ETXTBSY). Tests run
+// in parallel and start processes all the time, so a plain
+// os.WriteFile followed by exec fails now and then on a busy machine.
+// syscall.ForkLock is the lock os/exec holds while it forks.
+func WriteExecutable(path string, data []byte) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	return os.WriteFile(path, data, 0o755)
 }

@@ -283,7 +283,7 @@ func openPage(t *testing.T, chromium, ns, shots string) *page {
 	dir := tempDir(t)
 	inNS := filepath.Join(dir, "chromium-in-"+ns)
 	script := "#!/bin/sh\nexec ip netns exec " + ns + " " + chromium + " \"$@\"\n"
-	if err := os.WriteFile(inNS, []byte(script), 0o755); err != nil {
+	if err := testrun.WriteExecutable(inNS, []byte(script)); err != nil {
 		t.Fatal(err)
 	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],

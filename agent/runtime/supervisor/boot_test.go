@@ -47,7 +47,7 @@ func TestBootScript(t *testing.T) {
 	// Installed as the agent does: written aside, then moved in place.
 	os.MkdirAll(filepath.Dir(bin), 0o755)
 	script := "#!/bin/sh\necho \"$$ $*\" > " + out + "\n"
-	if err := os.WriteFile(bin+".new", []byte(script), 0o755); err != nil {
+	if err := testrun.WriteExecutable(bin+".new", []byte(script)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(bin+".new", bin); err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"corpus/internal/testrun"
 )
 
 // mountsUnder lists the mount points of this process's namespace at or
@@ -46,7 +48,7 @@ func busyboxTree(t *testing.T, dir string, folders ...string) string {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+	if err := testrun.WriteExecutable(filepath.Join(root, "bin", "busybox"), bb); err != nil {
 		t.Fatal(err)
 	}
 	return root
