@@ -84,9 +84,15 @@ func (realClock) Sleep(d time.Duration) { time.Sleep(d) }
 // subject makes progress.
 const patience = 10
 
-// poll is the longest a wait sleeps between calls (a tenth of its
-// deadline when that is shorter).
-const poll = 200 * time.Millisecond
+// poll is how long a wait first sleeps between calls, and maxPoll the
+// longest it comes to while its subject stays as it was (each a tenth of
+// its deadline when that is shorter). Most calls are CLI runs and API
+// reads: a guest that takes two minutes to boot is asked 150 times, not
+// 600, and a change is seen again at poll's pace.
+const (
+	poll    = 200 * time.Millisecond
+	maxPoll = 800 * time.Millisecond
+)
 
 // seenCap bounds the messages a wait remembers.
 const seenCap = 4096
@@ -98,7 +104,8 @@ func wait(c clock, d time.Duration, what string, f func() error, logf func(strin
 	deadline := start.Add(d)
 	seen := map[string]bool{}
 	lastNote := start
-	sleep := min(poll, d/10)
+	first, longest := min(poll, d/10), min(maxPoll, d/10)
+	sleep := first
 	for {
 		err := f()
 		if err == nil {
@@ -108,8 +115,11 @@ func wait(c clock, d time.Duration, what string, f func() error, logf func(strin
 		if msg := err.Error(); !seen[msg] && len(seen) < seenCap {
 			if len(seen) > 0 {
 				deadline = now.Add(d) // progress: a state not seen before
+				sleep = first
 			}
 			seen[msg] = true
+		} else {
+			sleep = min(sleep+sleep/4, longest)
 		}
 		if now.After(deadline) || now.After(bound) {
 			return fmt.Errorf("%s: not reached within %s (%s without progress): %v",

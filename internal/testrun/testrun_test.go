@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,45 @@ func TestMade(t *testing.T) {
 	}
 	t.Setenv(ledgerEnv, "")
 	Made("netns", "unrecorded") // outside the runner: nothing, no error
+}
+
+// sleepLog is a fakeClock that keeps the sleeps it was asked for.
+type sleepLog struct {
+	fakeClock
+	sleeps []time.Duration
+}
+
+func (c *sleepLog) Sleep(d time.Duration) { c.sleeps = append(c.sleeps, d); c.fakeClock.Sleep(d) }
+
+// TestWaitPolls: a wait first asks every poll, less and less often
+// (up to maxPoll) while nothing changes, at poll's pace again after a
+// change; a short deadline is asked ten times over.
+func TestWaitPolls(t *testing.T) {
+	nolog := func(string, ...any) {}
+	c := &sleepLog{fakeClock: *newFakeClock()}
+	calls := 0
+	wait(c, time.Minute, "slow", func() error {
+		calls++
+		switch {
+		case calls == 40:
+			return errors.New("changed")
+		case calls < 60:
+			return fmt.Errorf("state %d", min(calls/40, 1))
+		}
+		return nil
+	}, nolog)
+	if c.sleeps[0] != poll || c.sleeps[1] <= poll {
+		t.Errorf("first sleeps %v, want %v and then longer", c.sleeps[:2], poll)
+	}
+	if got := c.sleeps[38]; got != maxPoll {
+		t.Errorf("sleep after 38 unchanged answers = %v, want %v", got, maxPoll)
+	}
+	if got := c.sleeps[39]; got != poll {
+		t.Errorf("sleep after a change = %v, want %v", got, poll)
+	}
+	c = &sleepLog{fakeClock: *newFakeClock()}
+	wait(c, time.Second, "short", func() error { return errors.New("no") }, nolog)
+	if n := len(c.sleeps); n < 10 || slices.Max(c.sleeps) > 100*time.Millisecond {
+		t.Errorf("a 1 s wait slept %d times, at most %v; want every 100 ms", n, slices.Max(c.sleeps))
+	}
 }
