@@ -260,6 +260,14 @@ type GuestSpec struct {
 	// with them once and shares it between the guests asking for the
 	// same set. Sorted, without duplicates.
 	Packages []string
+	// Command replaces the OCI image's entrypoint and Args its cmd, as a
+	// Kubernetes container's command and args do (a Command without Args
+	// runs without the image's cmd). Drivers refuse them for images that
+	// are not OCI images (ErrInvalidSpec). Left out of the spec's JSON
+	// when empty: a driver's hash of a spec made before they existed
+	// stays what it was.
+	Command []string `json:",omitempty"`
+	Args    []string `json:",omitempty"`
 	// MemoryBytes is the memory limit; 0 means no limit.
 	MemoryBytes int64
 	// CPUMillis is the CPU limit in thousandths of a core; 0 means no limit.

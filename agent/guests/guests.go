@@ -312,6 +312,7 @@ func (w *Worker) create(ctx context.Context, d drivers.Driver, g *corpusv1.Guest
 func (c *Config) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.Guest) (drivers.GuestSpec, error) {
 	spec := drivers.GuestSpec{
 		ID: g.Id, Name: g.Name, Image: g.Spec.GetImage(), Packages: g.Spec.GetPackages(),
+		Command: g.Spec.GetCommand(), Args: g.Spec.GetArgs(),
 		MemoryBytes: g.Spec.GetResources().GetMemoryBytes(),
 		CPUMillis:   g.Spec.GetResources().GetCpuMillis(),
 		DiskBytes:   g.Spec.GetResources().GetDiskBytes(),

@@ -34,6 +34,9 @@ const (
 	maxEnvVars   = 128
 	// maxPackages bounds the Debian packages a guest's image adds.
 	maxPackages = 64
+	// maxArgs and maxArgBytes bound a guest's command and args.
+	maxArgs     = 256
+	maxArgBytes = 64 << 10
 	// MaxEnvNameBytes bounds an environment variable's name.
 	MaxEnvNameBytes = 255
 )
@@ -89,6 +92,9 @@ func NormalizeSpec(spec *corpusv1.GuestSpec) error {
 	if err := normalizePackages(spec); err != nil {
 		return err
 	}
+	if err := validCommand(spec); err != nil {
+		return err
+	}
 	if len(spec.Env) > maxEnvVars {
 		return Invalidf("%d environment variables; the limit is %d", len(spec.Env), maxEnvVars)
 	}
@@ -119,6 +125,33 @@ func normalizePackages(spec *corpusv1.GuestSpec) error {
 	}
 	slices.Sort(spec.Packages)
 	spec.Packages = slices.Compact(spec.Packages)
+	return nil
+}
+
+// validCommand checks the command and args that replace an OCI image's
+// entrypoint and cmd: an argv, so no NUL byte; a command's first word
+// names the program.
+func validCommand(spec *corpusv1.GuestSpec) error {
+	words := append(slices.Clone(spec.Command), spec.Args...)
+	if len(words) > maxArgs {
+		return Invalidf("a command and args of %d words; the limit is %d", len(words), maxArgs)
+	}
+	size := 0
+	for _, w := range words {
+		size += len(w)
+		if strings.ContainsRune(w, 0) {
+			return Invalidf("the command or an arg has a NUL byte")
+		}
+	}
+	if size > maxArgBytes {
+		return Invalidf("a command and args of %d bytes; the limit is %d", size, maxArgBytes)
+	}
+	if len(spec.Command) > 0 && spec.Command[0] == "" {
+		return Invalidf("the command's first word, the program, is empty")
+	}
+	if len(words) > 0 && len(spec.Packages) > 0 {
+		return Invalidf("packages are for the images a node builds, a command for OCI images: not both")
+	}
 	return nil
 }
 

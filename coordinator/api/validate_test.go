@@ -59,6 +59,28 @@ func TestNormalizePackages(t *testing.T) {
 	}
 }
 
+// TestValidCommand: a command and args are argv words: no NUL, a
+// program named, bounded, and not beside packages.
+func TestValidCommand(t *testing.T) {
+	t.Parallel()
+	const ref = "registry.example:5000/app:1"
+	ok := &corpusv1.GuestSpec{Image: ref, Command: []string{"/bin/sh", "-c"}, Args: []string{"echo 'a b'\nexit 0", ""}}
+	if err := NormalizeSpec(ok); err != nil {
+		t.Errorf("NormalizeSpec(%q %q) = %v", ok.Command, ok.Args, err)
+	}
+	for name, bad := range map[string]*corpusv1.GuestSpec{
+		"NUL":           {Image: ref, Args: []string{"a\x00b"}},
+		"empty program": {Image: ref, Command: []string{"", "x"}},
+		"too many":      {Image: ref, Args: make([]string, maxArgs+1)},
+		"too long":      {Image: ref, Args: []string{strings.Repeat("x", maxArgBytes+1)}},
+		"packages":      {Image: "debian/bookworm", Packages: []string{"curl"}, Args: []string{"x"}},
+	} {
+		if err := NormalizeSpec(bad); err == nil {
+			t.Errorf("%s: NormalizeSpec accepted command %q args %q", name, bad.Command, bad.Args)
+		}
+	}
+}
+
 // TestNormalizeVolume: a new volume's size is rounded up to the block
 // size here, once, so the node makes it exactly as desired (a size the
 // node rounded itself differed from the desired one, and its agent

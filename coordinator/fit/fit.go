@@ -70,6 +70,8 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 		return nil, "without image " + spec.GetImage()
 	case len(spec.GetPackages()) > 0 && !slices.Contains(drv.PackageImages, spec.GetImage()):
 		return nil, "without packages for image " + spec.GetImage()
+	case hasCommand(spec) && !runsOCI(drv, spec.GetImage()):
+		return nil, "without a command for image " + spec.GetImage()
 	case spec.GetVolume() != nil && drv.NoVolumes:
 		return nil, "with driver " + spec.GetDriver() + " unable to give guests volumes"
 	}
@@ -81,7 +83,7 @@ func KindUnfit(n *corpusv1.Node, spec *corpusv1.GuestSpec, env string) (*corpusv
 // change both together).
 func KindKey(spec *corpusv1.GuestSpec, env string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%q %q %q %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil)
+	fmt.Fprintf(&b, "%q %q %q %t %t %t", env, spec.GetDriver(), spec.GetImage(), len(spec.GetPackages()) > 0, spec.GetVolume() != nil, hasCommand(spec))
 	keys := make([]string, 0, len(spec.GetConstraints()))
 	for k := range spec.GetConstraints() {
 		keys = append(keys, k)
@@ -198,6 +200,41 @@ func PortConflict(node *corpusv1.Node, used map[int32]string, ports []*corpusv1.
 // (it lists none), lists it, or takes OCI references and image is one.
 func takesImage(drv *corpusv1.DriverInfo, image string) bool {
 	return len(drv.Images) == 0 || slices.Contains(drv.Images, image) || (drv.OciImages && imageref.IsReference(image))
+}
+
+// runsOCI says whether drv runs image as an OCI image, whose entrypoint
+// and cmd a guest's command and args replace: a reference it pulls, or
+// any image for a driver that lists none (Kubernetes).
+func runsOCI(drv *corpusv1.DriverInfo, image string) bool {
+	return len(drv.Images) == 0 || (drv.OciImages && imageref.IsReference(image))
+}
+
+func hasCommand(spec *corpusv1.GuestSpec) bool {
+	return len(spec.GetCommand())+len(spec.GetArgs()) > 0
+}
+
+// CommandRefusal is why a guest of spec cannot be created: it has a
+// command or args, and the nodes that have its driver build its image
+// themselves (busybox, debian/bookworm): there is no entrypoint or cmd
+// to replace. "" when it has none, when a node's driver runs the image
+// as an OCI image, or when no node has the driver yet.
+func CommandRefusal(nodes []*corpusv1.Node, spec *corpusv1.GuestSpec) string {
+	if !hasCommand(spec) {
+		return ""
+	}
+	found := false
+	for _, n := range nodes {
+		if d := DriverOn(n, spec.GetDriver()); d != nil {
+			if runsOCI(d, spec.GetImage()) {
+				return ""
+			}
+			found = true
+		}
+	}
+	if !found {
+		return ""
+	}
+	return fmt.Sprintf("driver %s builds image %s itself: it has no entrypoint or cmd for a command and args to replace (they are for OCI images, REGISTRY/REPO:TAG)", spec.GetDriver(), spec.GetImage())
 }
 
 // OCIRefusal is why a guest of spec cannot be created: its image is an

@@ -133,6 +133,7 @@ func TestKindKey(t *testing.T) {
 		"packages":    KindKey(spec(func(s *corpusv1.GuestSpec) { s.Packages = []string{"curl"} }), "dev"),
 		"volume":      KindKey(spec(func(s *corpusv1.GuestSpec) { s.Volume = &corpusv1.VolumeSpec{SizeBytes: gib} }), "dev"),
 		"constraints": KindKey(spec(func(s *corpusv1.GuestSpec) { s.Constraints = map[string]string{"zone": "a"} }), "dev"),
+		"command":     KindKey(spec(func(s *corpusv1.GuestSpec) { s.Args = []string{"serve"} }), "dev"),
 	} {
 		if other == base {
 			t.Errorf("KindKey is the same with another %s: %q", name, base)
@@ -222,6 +223,42 @@ func TestOCIRefusal(t *testing.T) {
 		got := OCIRefusal(tc.nodes, tc.spec)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: OCIRefusal = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCommandRefusal: a command or args for an image a driver builds
+// itself is refused, and such a node does not fit the guest; for an OCI
+// reference, or any image on a driver that lists none, they are taken.
+func TestCommandRefusal(t *testing.T) {
+	n := node(func(n *corpusv1.Node) {
+		n.Drivers = []*corpusv1.DriverInfo{
+			{Name: "lxc", Healthy: true, Images: []string{"busybox"}, OciImages: true},
+			{Name: "kubernetes", Healthy: true},
+		}
+	})
+	ref := "registry.example:5000/team/app:1"
+	withArgs := func(driver, image string) *corpusv1.GuestSpec {
+		return spec(func(s *corpusv1.GuestSpec) { s.Driver, s.Image, s.Args = driver, image, []string{"serve"} })
+	}
+	for _, tc := range []struct {
+		name string
+		spec *corpusv1.GuestSpec
+		want string // in the refusal; "" for none
+	}{
+		{"lxc, a built image", withArgs("lxc", "busybox"), "driver lxc builds image busybox itself"},
+		{"lxc, an OCI image", withArgs("lxc", ref), ""},
+		{"kubernetes, any image", withArgs("kubernetes", "nginx:1.27"), ""},
+		{"no command", spec(), ""},
+		{"no node with the driver", withArgs("libvirt", "debian/bookworm"), ""},
+	} {
+		got := CommandRefusal([]*corpusv1.Node{n}, tc.spec)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: CommandRefusal = %q, want %q", tc.name, got, tc.want)
+		}
+		_, why := KindUnfit(n, tc.spec, "")
+		if unfit := strings.Contains(why, "without a command"); unfit != (tc.want != "") {
+			t.Errorf("%s: KindUnfit = %q", tc.name, why)
 		}
 	}
 }

@@ -166,6 +166,10 @@ func desiredPodTemplate(spec drivers.GuestSpec, pullSecret string) corev1.PodTem
 	c := corev1.Container{
 		Name:  containerName,
 		Image: spec.Image,
+		// The same replacement of the image's entrypoint and cmd as
+		// Kubernetes' own (a project's supervisor replaces both below).
+		Command: spec.Command,
+		Args:    spec.Args,
 	}
 	res := corev1.ResourceList{}
 	if spec.MemoryBytes > 0 {
@@ -205,7 +209,7 @@ func desiredPodTemplate(spec drivers.GuestSpec, pullSecret string) corev1.PodTem
 		// kubelet restarts it, with back-off, when it dies, and counts
 		// the restarts; its folders are emptyDirs, which a restarted
 		// container finds as they were.
-		pod.Containers[0].Command = b.Command
+		pod.Containers[0].Command, pod.Containers[0].Args = b.Command, nil
 		for i, path := range b.Keep {
 			name := fmt.Sprintf("corpus-keep-%d", i)
 			pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path})

@@ -73,6 +73,14 @@ func validateSpec(spec drivers.GuestSpec) (imageSpec, error) {
 	if err != nil {
 		return imageSpec{}, err
 	}
+	if !img.ref && len(spec.Command)+len(spec.Args) > 0 {
+		return imageSpec{}, fmt.Errorf("image %s is built by the node and has no entrypoint or cmd to replace: a command and args are for OCI images: %w", spec.Image, drivers.ErrInvalidSpec)
+	}
+	for _, a := range append(slices.Clone(spec.Command), spec.Args...) {
+		if strings.ContainsRune(a, 0) {
+			return imageSpec{}, fmt.Errorf("the command or its args have a NUL byte: %w", drivers.ErrInvalidSpec)
+		}
+	}
 	if spec.MemoryBytes < 0 {
 		return imageSpec{}, fmt.Errorf("negative memory limit %d", spec.MemoryBytes)
 	}
@@ -290,8 +298,8 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 	if pulled != nil {
-		md.Digest, md.Command = pulled.Digest, pulled.Command()
-		if spec.Env, err = configureImage(&configWriter{c: c}, pulled, filepath.Join(d.imgPath, pulledCache, "rootfs"), spec.Env); err != nil {
+		md.Digest, md.Command = pulled.Digest, pulled.Argv(spec.Command, spec.Args)
+		if spec.Env, err = configureImage(&configWriter{c: c}, pulled, md.Command, filepath.Join(d.imgPath, pulledCache, "rootfs"), spec.Env); err != nil {
 			return err
 		}
 	}

@@ -93,16 +93,17 @@ func (d *Driver) unpackImage(img imageSpec) error {
 	return atomicfile.Write(filepath.Join(dir, "config"), []byte(cfg), 0o640)
 }
 
-// configureImage makes the guest run img, unpacked at rootfs, as its
+// configureImage makes the guest run argv (img's command, or the
+// guest's in its place) from img, unpacked at rootfs, as its
 // user, in its working folder, stopped by its stop signal; and returns
 // the guest's environment, the image's under the spec's. Its command is
 // started with the guest (startDaemon: liblxc's lxc.init.cmd splits at
 // blanks and takes no quotes, so it could not pass arguments with
 // blanks). Values the image gives are checked as they would be from the
 // API: a newline would inject lxc configuration.
-func configureImage(w *configWriter, img *oci.Image, rootfs string, env map[string]string) (map[string]string, error) {
-	if len(img.Command()) == 0 {
-		return nil, fmt.Errorf("image %s has no entrypoint or cmd to run: %w", img.Reference, drivers.ErrInvalidSpec)
+func configureImage(w *configWriter, img *oci.Image, argv []string, rootfs string, env map[string]string) (map[string]string, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("image %s has no entrypoint or cmd to run (give the guest a command): %w", img.Reference, drivers.ErrInvalidSpec)
 	}
 	uid, gid, err := oci.LookupUser(rootfs, img.Config.User)
 	if err != nil {

@@ -4,6 +4,7 @@ package lxc
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,16 +61,21 @@ func TestOCIImage(t *testing.T) {
 			}
 		}
 	})
-	var out string
-	testrun.Wait(t, testrun.D(30e9), "the image's command wrote /tmp/out", func() error {
-		var buf bytes.Buffer
-		code, err := d.Exec(ctx, spec.Name, drivers.ExecRequest{Argv: []string{"/bin/cat", "/tmp/out"}, Stdout: &buf})
-		if err != nil || code != 0 {
-			return fmt.Errorf("cat /tmp/out: exit %d, %v", code, err)
-		}
-		out = buf.String()
-		return nil
-	})
+	// written is what a guest's command wrote to its /tmp/out.
+	written := func(guest string) string {
+		var out string
+		testrun.Wait(t, testrun.D(30e9), guest+"'s command wrote /tmp/out", func() error {
+			var buf bytes.Buffer
+			code, err := d.Exec(ctx, guest, drivers.ExecRequest{Argv: []string{"/bin/cat", "/tmp/out"}, Stdout: &buf})
+			if err != nil || code != 0 {
+				return fmt.Errorf("cat /tmp/out: exit %d, %v", code, err)
+			}
+			out = buf.String()
+			return nil
+		})
+		return out
+	}
+	out := written(spec.Name)
 	if want := "1000:1000 hello world|spec|/home/app\n"; out != want {
 		t.Errorf("the image's command wrote %q, want %q", out, want)
 	}
@@ -93,16 +99,34 @@ func TestOCIImage(t *testing.T) {
 		t.Errorf("lxc.signal.halt = %q, want the image's SIGKILL", got)
 	}
 
-	// A second guest of the image reuses its unpacked cache.
+	if err := d.Stop(ctx, spec.Name, testrun.D(10e9)); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+
+	// A second guest of the image reuses its unpacked cache, and runs
+	// its own command in place of the image's entrypoint and cmd.
 	built := d.built.Load()
-	if err := d.Create(ctx, drivers.GuestSpec{ID: "id-app2", Name: "app2", Image: reg + "/test/app@" + digest}, nil); err != nil {
+	app2 := drivers.GuestSpec{ID: "id-app2", Name: "app2", Image: reg + "/test/app@" + digest,
+		Command: []string{"/bin/sh", "-c"}, Args: []string{`echo "$0 $1 $GREETING" > /tmp/out; exec sleep 1000`, "own words"}}
+	if err := d.Create(ctx, app2, nil); err != nil {
 		t.Fatalf("Create(app2) = %v", err)
 	}
 	if got := d.built.Load(); got != built {
 		t.Errorf("the second guest built %d images, want none", got-built)
 	}
-	if err := d.Stop(ctx, spec.Name, testrun.D(10e9)); err != nil {
-		t.Errorf("Stop = %v", err)
+	if err := d.Start(ctx, app2.Name); err != nil {
+		t.Fatalf("Start(app2) = %v", err)
+	}
+	if out, want := written(app2.Name), "own words  hello world\n"; out != want {
+		t.Errorf("app2's command wrote %q, want %q", out, want)
+	}
+	if err := d.Stop(ctx, app2.Name, testrun.D(10e9)); err != nil {
+		t.Errorf("Stop(app2) = %v", err)
+	}
+	// An image the node builds has no entrypoint to replace.
+	err = d.Create(ctx, drivers.GuestSpec{ID: "id-bb", Name: "bb", Image: "busybox", Args: []string{"x"}}, nil)
+	if !errors.Is(err, drivers.ErrInvalidSpec) {
+		t.Errorf("Create of busybox with args = %v, want ErrInvalidSpec", err)
 	}
 
 	// An image the registry lacks: no guest, and the reason.

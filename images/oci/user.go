@@ -10,8 +10,21 @@ import (
 )
 
 // Command is what the image runs: its entrypoint followed by its cmd.
-func (img *Image) Command() []string {
-	return append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
+func (img *Image) Command() []string { return img.Argv(nil, nil) }
+
+// Argv is what the image runs with its entrypoint replaced by command
+// and its cmd by args where they are given, as a Kubernetes container's
+// command and args replace them (and docker run's --entrypoint and
+// arguments): a command without args runs without the image's cmd.
+func (img *Image) Argv(command, args []string) []string {
+	entrypoint, cmd := img.Config.Entrypoint, img.Config.Cmd
+	if len(command) > 0 {
+		entrypoint, cmd = command, nil
+	}
+	if len(args) > 0 {
+		cmd = args
+	}
+	return append(append([]string(nil), entrypoint...), cmd...)
 }
 
 // LookupUser resolves an image config's user ("", "name", "uid",

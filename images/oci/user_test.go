@@ -53,6 +53,20 @@ func TestCommand(t *testing.T) {
 	if got := img.Command(); !slices.Equal(got, []string{"/bin/app", "--flag", "serve"}) {
 		t.Errorf("Command() = %q", got)
 	}
+	// Replaced as a Kubernetes container's command and args replace them.
+	for _, tc := range []struct{ command, args, want []string }{
+		{nil, nil, []string{"/bin/app", "--flag", "serve"}},
+		{nil, []string{"migrate", "--all"}, []string{"/bin/app", "--flag", "migrate", "--all"}},
+		{[]string{"/bin/sh"}, nil, []string{"/bin/sh"}},
+		{[]string{"/bin/sh", "-c"}, []string{"echo hi"}, []string{"/bin/sh", "-c", "echo hi"}},
+	} {
+		if got := img.Argv(tc.command, tc.args); !slices.Equal(got, tc.want) {
+			t.Errorf("Argv(%q, %q) = %q, want %q", tc.command, tc.args, got, tc.want)
+		}
+	}
+	if !slices.Equal(img.Config.Cmd, []string{"serve"}) {
+		t.Errorf("Argv changed the image's cmd: %q", img.Config.Cmd)
+	}
 }
 
 // TestStopSignal: an image's stop signal by name (with or without SIG),

@@ -30,7 +30,9 @@ func registryIn(t *testing.T, ns string) (string, *http.Transport) {
 // on the node's loopback serves (an agent pulls from loopback over plain
 // HTTP without being told) runs the image's command as the image's user
 // with its env, answers on its exposed port, and shows the digest it
-// runs; an image the registry lacks fails the guest with the reason.
+// runs; a guest given words after -- runs them as the image's cmd, and
+// a built image refuses them; an image the registry lacks fails the guest
+// with the reason.
 func TestGuestFromOCIImage(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
@@ -86,6 +88,20 @@ func TestGuestFromOCIImage(t *testing.T) {
 	if out := c.mustCLI("guest", "exec", "web", "--", "cat", "/home/app/index.html"); out != body {
 		t.Errorf("guest exec cat index.html = %q, want %q", out, body)
 	}
+
+	// Words after -- replace the image's cmd (its entrypoint, sh -c, stays).
+	c.mustCLI("guest", "create", "web2", "--image", reg+"/team/web:1", "--",
+		`echo "args: $GREETING" > index.html && exec httpd -f -p 8080 -h .`)
+	if err := c.json(&v, "guest", "show", "web2"); err != nil {
+		t.Fatal(err)
+	}
+	url2 := "http://" + net.JoinHostPort(strings.Split(v.Guest.Address, "/")[0], "8080") + "/"
+	eventually(t, 30*time.Second, "web2's own command answers on "+url2, wantBody(client, url2, "", "args: hello from the image"))
+	// An image the node builds has no cmd to replace.
+	if _, errOut, code := c.cli("guest", "create", "bb", "--image", "busybox", "--", "x"); code == 0 || !strings.Contains(errOut, "builds image busybox itself") {
+		t.Errorf("guest create busybox with args = exit %d, %q; want a refusal", code, errOut)
+	}
+	c.mustCLI("guest", "delete", "web2")
 
 	_, errOut, code := c.cli("guest", "create", "missing", "--image", reg+"/team/missing:1")
 	if code == 0 || !strings.Contains(errOut, "NAME_UNKNOWN") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,22 +34,40 @@ func newGuestCmd(g *Globals) *cobra.Command {
 func newGuestCreateCmd(g *Globals) *cobra.Command {
 	var (
 		driver, image, memory, cpus, disk string
+		entrypoint                        string
 		volSize, volPath, useVolume       string
 		env, ports, constraints, packages []string
 		stopped, noWait, privileged       bool
 		timeout                           time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME --image IMAGE [--memory 256M] [--cpus 0.25]",
+		Use:   "create NAME --image IMAGE [--memory 256M] [--cpus 0.25] [--entrypoint PROGRAM] [-- ARG...]",
 		Short: "Create a guest; the scheduler places it on a node that fits",
 		Example: `  corpus guest create web --image busybox --memory 256M --cpus 1
   corpus guest create db --image debian/bookworm --env TZ=UTC --stopped
   corpus guest create py --image debian/bookworm --packages python3,python3-requests
   corpus guest create api --image busybox --constraint region=eu --constraint zone=a
-  corpus guest create app --image registry.example/team/app:1.4 --port 8080:8080`,
-		Args: cobra.ExactArgs(1),
+  corpus guest create app --image registry.example/team/app:1.4 --port 8080:8080
+  corpus guest create job --image registry.example/team/app:1.4 -- migrate --all
+  corpus guest create sh --image registry.example/team/app:1.4 --entrypoint /bin/sh -- -c 'exec app serve'`,
+		Long: `Create a guest; the scheduler places it on a node that fits.
+
+An OCI image runs its entrypoint and cmd. Words after -- replace its cmd,
+and --entrypoint its entrypoint (which drops the image's cmd unless words
+follow --), as docker run's --entrypoint and arguments and a Kubernetes
+container's command and args do.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged, Packages: packages}
+			if dash := cmd.ArgsLenAtDash(); len(args) > 1 && dash != 1 {
+				return fmt.Errorf("unexpected argument %q: the guest's name comes first, and its command's arguments after --", args[1])
+			}
+			spec := &corpusv1.GuestSpec{Driver: driver, Image: image, Resources: &corpusv1.Resources{}, Env: map[string]string{}, Privileged: privileged, Packages: packages, Args: args[1:]}
+			if cmd.Flags().Changed("entrypoint") {
+				if entrypoint == "" {
+					return fmt.Errorf("--entrypoint \"\": name the program to run instead of the image's entrypoint")
+				}
+				spec.Command = []string{entrypoint}
+			}
 			var err error
 			if memory != "" {
 				if spec.Resources.MemoryBytes, err = units.ParseSize(memory); err != nil {
@@ -138,6 +157,7 @@ func newGuestCreateCmd(g *Globals) *cobra.Command {
 	f.StringVar(&volSize, "volume", "", "give the guest a new volume of this size, e.g. 5G")
 	f.StringVar(&volPath, "volume-path", "", "where the volume appears inside the guest (default /srv/data)")
 	f.StringVar(&useVolume, "use-volume", "", "bind an existing unbound volume (on its node) instead")
+	f.StringVar(&entrypoint, "entrypoint", "", "run this program instead of the OCI image's entrypoint (its arguments after --)")
 	f.BoolVar(&stopped, "stopped", false, "create without starting")
 	f.BoolVar(&privileged, "privileged", false, "run an LXC guest without a user namespace: its root is the node's root (ops only; cannot change later)")
 	f.BoolVar(&noWait, "detach", false, "return once the guest is accepted, without waiting for it to run")
@@ -378,6 +398,13 @@ func newGuestShowCmd(g *Globals) *cobra.Command {
 				}
 				fmt.Fprintf(w, "Driver:\t%s\n", gu.Spec.GetDriver())
 				fmt.Fprintf(w, "Image:\t%s\n", gu.Spec.GetImage())
+				if c := append(slices.Clone(gu.Spec.GetCommand()), gu.Spec.GetArgs()...); len(c) > 0 {
+					what := "Args"
+					if len(gu.Spec.GetCommand()) > 0 {
+						what = "Command"
+					}
+					fmt.Fprintf(w, "%s:\t%s\n", what, shellWords(c))
+				}
 				if p := gu.Spec.GetPackages(); len(p) > 0 {
 					fmt.Fprintf(w, "Packages:\t%s\n", strings.Join(p, ", "))
 				}
@@ -564,4 +591,25 @@ func localTime(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().Local().Format("2006-01-02 15:04:05")
+}
+
+// shellWords prints argv as a shell would take it back: words with
+// anything but letters, digits and -_./:=@%+, in single quotes.
+func shellWords(argv []string) string {
+	out := make([]string, len(argv))
+	for i, w := range argv {
+		plain := w != ""
+		for _, r := range w {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r)) {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			out[i] = w
+		} else {
+			out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

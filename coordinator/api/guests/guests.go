@@ -73,12 +73,17 @@ func (s *guestService) CreateGuest(ctx context.Context, req *connect.Request[cor
 }
 
 // normalizeSpec is api.NormalizeSpec, and refuses an OCI image for a
-// driver whose nodes run only the images it builds (fit.OCIRefusal).
+// driver whose nodes run only the images it builds (fit.OCIRefusal), and
+// a command for an image such a driver builds (fit.CommandRefusal).
 func (s *guestService) normalizeSpec(spec *corpusv1.GuestSpec) error {
 	if err := api.NormalizeSpec(spec); err != nil {
 		return err
 	}
-	if why := fit.OCIRefusal(s.b.Store.Read().Nodes(), spec); why != "" {
+	nodes := s.b.Store.Read().Nodes()
+	if why := fit.OCIRefusal(nodes, spec); why != "" {
+		return api.Invalidf("%s", why)
+	}
+	if why := fit.CommandRefusal(nodes, spec); why != "" {
 		return api.Invalidf("%s", why)
 	}
 	return nil

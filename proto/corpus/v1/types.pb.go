@@ -554,7 +554,12 @@ type GuestSpec struct {
 	// node builds the image with them once (from its Debian mirror) and
 	// every guest asking for the same set shares it. Only images a driver
 	// lists in package_images take them. Sorted, without duplicates.
-	Packages      []string `protobuf:"bytes,9,rep,name=packages,proto3" json:"packages,omitempty"`
+	Packages []string `protobuf:"bytes,9,rep,name=packages,proto3" json:"packages,omitempty"`
+	// command replaces an OCI image's entrypoint and args its cmd, as a
+	// Kubernetes container's command and args do: a command without args
+	// runs without the image's cmd. Only for OCI images.
+	Command       []string `protobuf:"bytes,10,rep,name=command,proto3" json:"command,omitempty"`
+	Args          []string `protobuf:"bytes,11,rep,name=args,proto3" json:"args,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +653,20 @@ func (x *GuestSpec) GetPrivileged() bool {
 func (x *GuestSpec) GetPackages() []string {
 	if x != nil {
 		return x.Packages
+	}
+	return nil
+}
+
+func (x *GuestSpec) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *GuestSpec) GetArgs() []string {
+	if x != nil {
+		return x.Args
 	}
 	return nil
 }
@@ -4016,7 +4035,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x10\vR\vsecret_hash\"<\n" +
 	"\vOrphanGuest\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xf1\x03\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x9f\x04\n" +
 	"\tGuestSpec\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x122\n" +
@@ -4028,7 +4047,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"privileged\x18\b \x01(\bR\n" +
 	"privileged\x12\x1a\n" +
-	"\bpackages\x18\t \x03(\tR\bpackages\x1a6\n" +
+	"\bpackages\x18\t \x03(\tR\bpackages\x12\x18\n" +
+	"\acommand\x18\n" +
+	" \x03(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\v \x03(\tR\x04args\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
