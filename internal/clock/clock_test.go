@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"corpus/internal/atomicfile"
 	"corpus/internal/testrun"
 )
 
@@ -72,7 +73,10 @@ func childFollows(t *testing.T, path string) {
 		text string
 		want time.Duration
 	}{{"-30m", -30 * time.Minute}, {"not a duration", -30 * time.Minute}, {"", 0}} {
-		if err := os.WriteFile(path, []byte(step.text), 0o644); err != nil {
+		// Replaced whole, never truncated in place: a read between the
+		// truncation and the write would see "" (an offset of 0), and
+		// the text that does not parse would then leave it at 0.
+		if err := atomicfile.Write(path, []byte(step.text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		wait(step.want)
