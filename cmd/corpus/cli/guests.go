@@ -594,7 +594,8 @@ func localTime(ts *timestamppb.Timestamp) string {
 }
 
 // shellWords prints argv as a shell would take it back: words with
-// anything but letters, digits and -_./:=@%+, in single quotes.
+// anything but letters, digits and the characters -_./:=@%+, (comma
+// included), in single quotes.
 func shellWords(argv []string) string {
 	out := make([]string, len(argv))
 	for i, w := range argv {
