@@ -42,20 +42,18 @@ func rsyslog(t *testing.T, tlsDir string) (addr, out string) {
 		t.Skip("needs rsyslogd (apt-get install rsyslog rsyslog-gnutls)")
 	}
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	out = filepath.Join(dir, "out.log")
+	// Port 0 and the port file: rsyslogd binds a free port itself and
+	// names it, so no other process can take the port between a probe
+	// and rsyslogd's bind.
+	portFile := filepath.Join(dir, "port")
 	input := fmt.Sprintf(`module(load="imtcp")
-input(type="imtcp" address="127.0.0.1" port="%d")`, port)
+input(type="imtcp" address="127.0.0.1" port="0" listenPortFileName="%s")`, portFile)
 	if tlsDir != "" {
 		input = fmt.Sprintf(`global(DefaultNetstreamDriver="gtls"
   DefaultNetstreamDriverCAFile="%[1]s/ca.pem" DefaultNetstreamDriverCertFile="%[1]s/cert.pem" DefaultNetstreamDriverKeyFile="%[1]s/key.pem")
 module(load="imtcp" StreamDriver.Name="gtls" StreamDriver.Mode="1" StreamDriver.AuthMode="anon")
-input(type="imtcp" address="127.0.0.1" port="%[2]d")`, tlsDir, port)
+input(type="imtcp" address="127.0.0.1" port="0" listenPortFileName="%[2]s")`, tlsDir, portFile)
 	}
 	conf := fmt.Sprintf(`global(workDirectory="%[1]s")
 %[2]s
@@ -72,25 +70,40 @@ action(type="omfile" file="%[3]s" template="fields")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		if t.Failed() {
-			t.Logf("rsyslogd:\n%s", log.String())
+			// rsyslogd's own errors go to its actions, so to out.
+			b, _ := os.ReadFile(out)
+			t.Logf("rsyslogd's output:\n%s\nwhat it wrote to %s:\n%s", log.String(), out, b)
 		}
 	})
-	addr = fmt.Sprintf("127.0.0.1:%d", port)
-	deadline := time.Now().Add(testrun.D(10 * time.Second))
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr, out
+	testrun.Wait(t, 10*time.Second, "rsyslogd listening", func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("rsyslogd exited: %v", cmd.ProcessState)
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rsyslogd does not listen on %s:\n%s", addr, log.String())
+		b, err := os.ReadFile(portFile)
+		if err != nil {
+			return fmt.Errorf("no port file yet: %w", err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		port := strings.TrimSpace(string(b))
+		if port == "" || port == "0" {
+			return fmt.Errorf("port file holds %q", b)
+		}
+		addr = net.JoinHostPort("127.0.0.1", port)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		return nil
+	})
+	return addr, out
 }
 
 // TestShipToRsyslog ships stored lines to a real rsyslog, over TCP and
