@@ -3,8 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,27 +20,6 @@ import (
 	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
-
-// freeAddr returns a loopback address with a port free right now.
-// freeAddr is a loopback address nothing listens on, with a port below
-// the kernel's ephemeral range (32768 on): a port the kernel picked for
-// "port 0" comes from that range, and between this call and the replica's
-// listen an outgoing connection of a parallel test could take it as its
-// own local port (CI saw "address already in use").
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return addr
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
-}
 
 // replicaSet is a group of coordinators in this process.
 type replicaSet struct {
@@ -103,7 +80,7 @@ func startGroupNamed(t *testing.T, prefix string, n int, opts ...func(*coordinat
 	rs := &replicaSet{t: t, reps: map[string]*server{}, api: map[string]string{}, raft: map[string]string{}}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("%s%d", prefix, i)
-		rs.api[id], rs.raft[id] = freeAddr(t), freeAddr(t)
+		rs.api[id], rs.raft[id] = testrun.FreeAddr(t), testrun.FreeAddr(t)
 	}
 	base := t.TempDir()
 	rs.ca = groupCA(t, filepath.Join(base, "ca"))
@@ -317,7 +294,7 @@ func TestGroup(t *testing.T) {
 	if _, err := rs.ops(lead).cluster.RemoveRaftPeer(ctx, connect.NewRequest(&corpusv1.RemoveRaftPeerRequest{Id: dead})); err != nil && !rpc.Gone(err) {
 		t.Fatalf("RemoveRaftPeer(%s) = %v", dead, err)
 	}
-	apiAddr, raftAddr := freeAddr(t), freeAddr(t)
+	apiAddr, raftAddr := testrun.FreeAddr(t), testrun.FreeAddr(t)
 	c4 := newReplica(t, "c4", filepath.Join(t.TempDir(), "c4"), apiAddr, raftAddr, compaction, rs.ca, func(c *coordinator.Config) { c.Bootstrap = false })
 	var other string
 	for id := range rs.reps {

@@ -3,10 +3,10 @@ package dns
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +34,7 @@ func TestBindSecondary(t *testing.T) {
 	}
 
 	// The secondary's port: bind it briefly to pick a free one.
-	secPort := freePort(t)
+	secPort := strconv.Itoa(testrun.FreePort(t))
 	cfg := xfrConfig("127.0.0.0/8", true)
 	cfg.Transfer.Secondaries = []string{net.JoinHostPort("127.0.0.1", secPort)}
 	cfg.Transfer.NotifyDelay = 50 * time.Millisecond
@@ -158,24 +158,4 @@ func sameRRs(a, b []dns.RR) bool {
 		}
 	}
 	return true
-}
-
-// freePort returns a port that was free on 127.0.0.1 for both UDP and TCP.
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := netip.MustParseAddrPort(ln.Addr().String()).Port()
-		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return fmt.Sprint(port)
-		}
-	}
-	t.Fatal("no free port")
-	return ""
 }

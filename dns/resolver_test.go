@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestResolver(t *testing.T) {
 
 func TestResolverUpstreamDown(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := strconv.Itoa(testrun.FreePort(t))
 	r, err := NewResolver(ResolverConfig{Addr: "127.0.0.1:0", Upstreams: []string{"127.0.0.1:" + port}, Timeout: 200 * time.Millisecond},
 		&Forwarder{Upstreams: []string{"127.0.0.1:" + port}}, nil)
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // Directory layout every server holds.
@@ -93,7 +95,7 @@ func Start(t testing.TB, users map[string]string) *Server {
 // run starts slapd in the foreground on a free port and waits until it
 // accepts connections.
 func (s *Server) run(conf string) error {
-	port, err := freePort()
+	port, err := testrun.FreePortErr()
 	if err != nil {
 		return err
 	}
@@ -145,15 +147,6 @@ func (s *Server) Stop() {
 		<-s.exited
 	}
 	s.cmd = nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func config(dir string) string {

@@ -168,3 +168,22 @@ func TestWaitPolls(t *testing.T) {
 		t.Errorf("a 1 s wait slept %d times, at most %v; want every 100 ms", n, slices.Max(c.sleeps))
 	}
 }
+
+// TestFreePort: ports come from below the ephemeral range, are free for
+// TCP and UDP, and are never handed out twice by one process.
+func TestFreePort(t *testing.T) {
+	seen := map[int]bool{}
+	for range 50 {
+		p := FreePort(t)
+		if p < portLow || p >= portHigh {
+			t.Fatalf("port %d outside [%d, %d)", p, portLow, portHigh)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if !free(p) {
+			t.Fatalf("port %d is not free", p)
+		}
+	}
+}

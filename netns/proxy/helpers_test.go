@@ -143,13 +143,7 @@ func do(t testing.TB, c *http.Client, method, host, path string, body io.Reader)
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testrun.FreeAddr(t)
 }
 
 // startDropper starts a target that reads each request's head and then
@@ -176,15 +170,6 @@ func startDropper(t testing.TB) string {
 		}
 	}()
 	return ln.Addr().String()
-}
-
-// freePort returns a loopback port that was free a moment ago, for TCP
-// routes, whose listen port is part of the route.
-func freePort(t testing.TB) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(closedAddr(t))
-	n, _ := strconv.Atoi(port)
-	return n
 }
 
 // startTCPEcho runs a TCP server on loopback. With a prefix it answers each

@@ -73,7 +73,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	echo := startTCPEcho(t, "e: ")
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{
 		HTTP: map[string]HTTPRoute{"app.test": {Targets: []string{be.addr()}}},
 		TCP:  map[int]TCPRoute{port: {Target: echo}},
@@ -134,7 +134,7 @@ func TestShutdownTimeoutCutsLongConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{
 		HTTP: map[string]HTTPRoute{"ws.test": {Targets: []string{be.addr()}}},
 		TCP:  map[int]TCPRoute{port: {Target: echo}},

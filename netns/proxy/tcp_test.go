@@ -17,7 +17,7 @@ func TestTCPEcho(t *testing.T) {
 	t.Parallel()
 	echo := startTCPEcho(t, "")
 	p := startProxy(t, Config{})
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{TCP: map[int]TCPRoute{port: {Target: echo}}})
 
 	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -49,7 +49,7 @@ func TestTCPRouteChange(t *testing.T) {
 	a := startTCPEcho(t, "a: ")
 	b := startTCPEcho(t, "b: ")
 	p := startProxy(t, Config{})
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{TCP: map[int]TCPRoute{port: {Target: a}}})
 
 	old := dialLine(t, port)
@@ -69,7 +69,7 @@ func TestTCPRouteRemoval(t *testing.T) {
 	t.Parallel()
 	a := startTCPEcho(t, "a: ")
 	p := startProxy(t, Config{})
-	port, other := freePort(t), freePort(t)
+	port, other := testrun.FreePort(t), testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{TCP: map[int]TCPRoute{port: {Target: a}, other: {Target: a}}})
 	old := dialLine(t, port)
 	if got := old.roundTrip(t, "one"); got != "a: one" {
@@ -98,7 +98,7 @@ func TestTCPRouteRemoval(t *testing.T) {
 func TestTCPDeadTarget(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, Config{})
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	mustSetRoutes(t, p, Routes{TCP: map[int]TCPRoute{port: {Target: closedAddr(t)}}})
 	c := dialLine(t, port)
 	c.SetDeadline(time.Now().Add(testrun.D(5 * time.Second)))
@@ -121,7 +121,7 @@ func TestTCPListenErrorKeepsTheRest(t *testing.T) {
 	a := startTCPEcho(t, "a: ")
 	web := startBackend(t, "web", nil)
 	p := startProxy(t, Config{})
-	good := freePort(t)
+	good := testrun.FreePort(t)
 
 	r := Routes{
 		HTTP: map[string]HTTPRoute{"web.test": {Targets: []string{web.addr()}}},

@@ -35,16 +35,6 @@ type k8sCluster struct {
 	proxy string
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // newK8sCluster starts it all, the node with capacity given as
 // --capacity takes it (memory=8G,cpus=4,disk=100G).
 func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) *k8sCluster {
@@ -53,12 +43,12 @@ func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) 
 	kube := k8stest.Start(t, opts...)
 	dir := tempDir(t)
 	c := &k8sCluster{
-		cluster: &cluster{t: t, dir: dir, api: freePort(t), cfgHome: filepath.Join(dir, "cfg"),
+		cluster: &cluster{t: t, dir: dir, api: testrun.FreeAddr(t), cfgHome: filepath.Join(dir, "cfg"),
 			ca: filepath.Join(dir, "coordinator", "tls", "ca.crt")},
-		kube: kube, ns: "corpus-" + node, proxy: freePort(t),
+		kube: kube, ns: "corpus-" + node, proxy: testrun.FreeAddr(t),
 	}
 	startIn(t, "", "coordinator", nil, "coordinator", "--data-dir", filepath.Join(dir, "coordinator"),
-		"--api-addr", c.api, "--raft-addr", freePort(t), "--dns-addr", freePort(t), "--gossip-addr", freePort(t), "--metrics-addr", freePort(t))
+		"--api-addr", c.api, "--raft-addr", testrun.FreeAddr(t), "--dns-addr", testrun.FreeAddr(t), "--gossip-addr", testrun.FreeAddr(t), "--metrics-addr", testrun.FreeAddr(t))
 	eventually(t, 30*time.Second, "coordinator ready", func() error {
 		b, err := os.ReadFile(filepath.Join(dir, "coordinator", "ops-token"))
 		if err != nil {
@@ -80,13 +70,13 @@ func newK8sCluster(t *testing.T, node, capacity string, opts ...k8stest.Option) 
 	}
 	out := c.mustCLI("node", "add-k8s", node, "--kubeconfig", kc, "--namespace-prefix", "corpus-",
 		"--capacity", capacity, "--state-dir", filepath.Join(dir, "agent-"+node),
-		"--api-addr", freePort(t), "--proxy-http-addr", c.proxy, "--metrics-addr", freePort(t), "--config-out", agentCfg)
+		"--api-addr", testrun.FreeAddr(t), "--proxy-http-addr", c.proxy, "--metrics-addr", testrun.FreeAddr(t), "--config-out", agentCfg)
 	if !strings.Contains(out, "v1.32.13") || !strings.Contains(out, c.ns) {
 		t.Errorf("add-k8s said %q; want the cluster's version and the namespace %s", out, c.ns)
 	}
 	// It runs in the host's namespace: its proxy's HTTPS port is a free
 	// one, not :443, which another program of the host may hold.
-	c.agent = startIn(t, "", "agent "+node, nil, "agent", "--config", agentCfg, "--proxy-https-addr", freePort(t), "--resync-interval", "1s", "--report-interval", "1s")
+	c.agent = startIn(t, "", "agent "+node, nil, "agent", "--config", agentCfg, "--proxy-https-addr", testrun.FreeAddr(t), "--resync-interval", "1s", "--report-interval", "1s")
 	eventually(t, 60*time.Second, "node "+node+" ready", func() error {
 		var n struct {
 			Node struct {

@@ -275,23 +275,13 @@ func TestFreePort(t *testing.T) {
 	}
 	defer busy.Close()
 	taken := busy.Addr().(*net.TCPAddr).Port
-	free := freePort(t)
+	free := testrun.FreePort(t)
 	if res := s.Handle(Request{Op: OpFreePort, Ports: []int{taken, free}}); res.Error != "" || res.Port != free {
 		t.Fatalf("free_port of a taken and a free port = %+v, want %d", res, free)
 	}
 	if res := s.Handle(Request{Op: OpFreePort, Ports: []int{taken}}); res.Error == "" {
 		t.Fatalf("free_port of a taken port alone = %+v, want an error", res)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestStartInRoot: a generation with a root (a release made from an OCI

@@ -23,17 +23,6 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // notifySocket is what systemd listens on for sd_notify messages.
 type notifySocket struct {
 	path string
@@ -146,9 +135,9 @@ func TestCoordinatorNotifiesSystemd(t *testing.T) {
 	t.Parallel()
 	s := listenNotify(t)
 	dir := t.TempDir()
-	api := freeAddr(t)
-	cmd, logs := startDaemon(t, s, "coordinator", "--data-dir", dir, "--api-addr", api, "--raft-addr", freeAddr(t),
-		"--bootstrap", "--dns-addr", "", "--gossip-addr", "", "--metrics-addr", freeAddr(t))
+	api := testrun.FreeAddr(t)
+	cmd, logs := startDaemon(t, s, "coordinator", "--data-dir", dir, "--api-addr", api, "--raft-addr", testrun.FreeAddr(t),
+		"--bootstrap", "--dns-addr", "", "--gossip-addr", "", "--metrics-addr", testrun.FreeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, 30*time.Second, func() error {
 		ca, err := os.ReadFile(filepath.Join(dir, coordinator.TLSDir, coordinator.CACertFile))
 		if err != nil {
@@ -182,10 +171,10 @@ func TestDevNotifiesSystemd(t *testing.T) {
 	t.Parallel()
 	s := listenNotify(t)
 	dir := t.TempDir()
-	api, cfgFile := freeAddr(t), filepath.Join(dir, "cli.yaml")
+	api, cfgFile := testrun.FreeAddr(t), filepath.Join(dir, "cli.yaml")
 	cmd, logs := startDaemon(t, s, "dev", "--state-dir", filepath.Join(dir, "state"), "--config-file", cfgFile,
-		"--api-addr", api, "--raft-addr", freeAddr(t), "--agent-addr", freeAddr(t), "--dns-addr", "",
-		"--network=false", "--git-addr", "", "--proxy-http-addr", freeAddr(t), "--name", "sdnotify-test", "--metrics-addr", freeAddr(t))
+		"--api-addr", api, "--raft-addr", testrun.FreeAddr(t), "--agent-addr", testrun.FreeAddr(t), "--dns-addr", "",
+		"--network=false", "--git-addr", "", "--proxy-http-addr", testrun.FreeAddr(t), "--name", "sdnotify-test", "--metrics-addr", testrun.FreeAddr(t))
 	checkNotifyProtocol(t, s, cmd, logs, time.Minute, func() error {
 		g := &cli.Globals{Target: client.Target{ConfigFile: cfgFile}}
 		c, err := g.Clients()

@@ -194,7 +194,7 @@ func TestTakeover(t *testing.T) {
 // anew and serves the routes kept in the folder.
 func TestTakeoverWithoutPredecessor(t *testing.T) {
 	dir := t.TempDir()
-	if err := saveRoutes(dir, proxy.Routes{TCP: map[int]proxy.TCPRoute{freePort(t): {Target: "127.0.0.1:9"}}}); err != nil {
+	if err := saveRoutes(dir, proxy.Routes{TCP: map[int]proxy.TCPRoute{testrun.FreePort(t): {Target: "127.0.0.1:9"}}}); err != nil {
 		t.Fatal(err)
 	}
 	start(t, dir, true, proxy.Config{HTTPAddr: "127.0.0.1:0"})
@@ -202,16 +202,6 @@ func TestTakeoverWithoutPredecessor(t *testing.T) {
 	if err != nil || st.Routes != 1 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestTakeoverElsewhere: a successor configured for another address binds
@@ -224,7 +214,7 @@ func TestTakeoverElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testrun.FreePort(t)
 	start(t, dir, true, proxy.Config{HTTPAddr: fmt.Sprintf("127.0.0.1:%d", port)})
 	st2, err := c.Status(context.Background())
 	if err != nil || st2.HTTPAddr != fmt.Sprintf("127.0.0.1:%d", port) || st2.Config == st1.Config {
