@@ -3,7 +3,6 @@ package templates
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -27,12 +26,7 @@ func TestRedisLinkURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testrun.FreePort(t)
 	const password = "0123456789abcdef0123456789abcdef" // secret.Hex(16), as services get
 	srv := exec.Command(server, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--requirepass", password,
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
