@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -129,4 +130,94 @@ func TestRedeployAuditsItsOutcome(t *testing.T) {
 		t.Fatalf("rollback = %v", err)
 	}
 	wantAudit("rollback", "ok: r1 is current")
+}
+
+// TestRollbackRollsInstancesBeforeDone: a rollback of an environment of
+// two instances says it is done only once the second serves the release
+// too, so a caller that leaves at "done" (the CLI) does not leave the
+// second on the newer release.
+func TestRollbackRollsInstancesBeforeDone(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir())
+	ctx := context.Background()
+	a := s.enroll("n1")
+	a.address = serveFakeAgent(t, s, a)
+	a.report(t)
+	ops := s.ops()
+	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "hello", Env: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("hello-dev placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev").GetNodeId() == a.id })
+	first := s.Store().Read().GuestByName("hello-dev").Id
+	a.report(t, observed(first, state.ObservedRunning))
+	for i := range 2 {
+		r, err := a.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "hello", Env: "dev", Commit: fmt.Sprintf("c0ffee%d", i), Author: "ops"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: r.Msg.Release.Id, Status: corpusv1.ReleaseSucceeded})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "hello", Counts: map[string]uint32{"web": 2}, SharedNothing: true})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("hello-dev-2 placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev-2").GetNodeId() == a.id })
+	second := s.Store().Read().GuestByName("hello-dev-2").Id
+
+	// The second instance's agent: it serves what the state says, a
+	// moment after.
+	serving := func(rel uint32) *corpusv1.ReportedGuest {
+		g := observed(second, state.ObservedRunning)
+		g.Observed.Release = rel
+		return g
+	}
+	stop := make(chan struct{})
+	follower := make(chan struct{})
+	go func() {
+		defer close(follower)
+		var said uint32
+		for {
+			v := s.Store().Read()
+			if in := v.Project("hello").GetEnvs()[0].GetInstances(); len(in) == 1 && in[0].Release != said {
+				said = in[0].Release
+				time.Sleep(50 * time.Millisecond)
+				// Not a.report: it fails the test, which only the
+				// test's goroutine may; the rollback's wait tells.
+				a.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers(), AgentAddress: a.address,
+					AgentVersion: "test", Guests: []*corpusv1.ReportedGuest{observed(first, state.ObservedRunning), serving(said)}}))
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(stop); <-follower }()
+
+	stream, err := ops.project.Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: "hello", Env: "dev", To: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if !stream.Msg().Done {
+			continue
+		}
+		// What a caller that leaves now finds.
+		g := s.Store().Read().Guest(second)
+		if got := g.GetObserved().GetRelease(); got != 1 {
+			t.Errorf("the rollback said done while instance 2 served r%d, want r1", got)
+		}
+		break
+	}
+	stream.Close()
+	if err := stream.Err(); err != nil {
+		t.Fatalf("rollback = %v", err)
+	}
+	// (The first instance's release is its agent's to record; the fake
+	// agent does not.)
+	if in := s.Store().Read().Project("hello").GetEnvs()[0].GetInstances(); len(in) != 1 || in[0].Release != 1 {
+		t.Errorf("instances after the rollback = %v, want instance 2 at r1", in)
+	}
 }

@@ -376,14 +376,26 @@ func (s *Service) Rollback(ctx context.Context, req *connect.Request[corpusv1.Ro
 		return err
 	}
 	up, err := s.b.AgentClient(n).Rollback(ctx, connect.NewRequest(&corpusv1.RollbackRequest{Project: p.Name, Env: e.Name, To: to, ProjectEnv: e}))
-	err = api.RelayFromAgent(n, "rollback", up, err, stream.Send)
-	if err == nil && len(e.Instances) > 0 {
+	// The agent's "done" is the first instance's; the caller hears it
+	// once every instance serves the release (a caller leaves when it
+	// reads "done", and the instances would then not be rolled at all).
+	var done *corpusv1.RollbackOutput
+	err = api.RelayFromAgent(n, "rollback", up, err, func(o *corpusv1.RollbackOutput) error {
+		if o.Done && len(e.Instances) > 0 {
+			done = o
+			return nil
+		}
+		return stream.Send(o)
+	})
+	if err == nil && done != nil {
 		var mu sync.Mutex
-		err = rollInstances(ctx, s.b, p, e, to, func(line string) {
+		if err = rollInstances(ctx, s.b, p, e, to, func(line string) {
 			mu.Lock()
 			defer mu.Unlock()
 			stream.Send(&corpusv1.RollbackOutput{Output: []byte(line)})
-		})
+		}); err == nil {
+			err = stream.Send(done)
+		}
 	}
 	// The node records the new current release as its own write; who
 	// asked for it is recorded here.

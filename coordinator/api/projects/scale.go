@@ -208,9 +208,11 @@ func (s *Agent) RollInstance(ctx context.Context, req *connect.Request[corpusv1.
 }
 
 // rollInstance sets the release an instance (guest g) should serve and
-// waits until its agent says it does, or why not.
+// waits until its agent says it does, or why not. The release is set
+// even when the caller leaves meanwhile: the first instance serves it
+// already, and the others follow it.
 func rollInstance(ctx context.Context, b *api.Backend, p *corpusv1.Project, e *corpusv1.ProjectEnv, g *corpusv1.Guest, index, release uint32, stage bool, wait time.Duration) (*corpusv1.RollInstanceResponse, error) {
-	if _, err := b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
+	if _, err := b.Write(context.WithoutCancel(ctx), &corpusv1.Command{Cmd: &corpusv1.Command_SetInstanceRelease{SetInstanceRelease: &corpusv1.SetInstanceRelease{
 		Project: p.Name, Env: e.Name, Instance: index, Release: release, Stage: stage,
 	}}}); err != nil {
 		return nil, err
