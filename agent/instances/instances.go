@@ -109,6 +109,7 @@ func (s *Syncer) Reconcile(ctx context.Context, assigned []*corpusv1.InstanceAss
 }
 
 func (s *Syncer) run(ctx context.Context, in deploy.Instance, st *state) {
+	start := time.Now()
 	out, err := s.sync(ctx, in, func(rel uint32) {
 		s.mu.Lock()
 		changed := st.out.Serving != rel || st.err != ""
@@ -135,6 +136,10 @@ func (s *Syncer) run(ctx context.Context, in deploy.Instance, st *state) {
 	}
 	changed := prev.out != st.out || prev.err != st.err
 	s.mu.Unlock()
+	if err == nil {
+		s.logger.Info("project instance synced", "guest", in.Guest, "release", corpusv1.ReleaseName(in.Release),
+			"serving", corpusv1.ReleaseName(out.Serving), "staged", corpusv1.ReleaseName(out.Staged), "took", time.Since(start).Round(time.Millisecond))
+	}
 	if changed {
 		s.report()
 	}

@@ -204,7 +204,7 @@ func startBinIn(t *testing.T, bin, ns, name string, env []string, args ...string
 			t.Errorf("%s reported a data race:\n%s", name, log)
 			return
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("CORPUS_E2E_LOGS") == "always" {
 			t.Logf("--- log of %s ---\n%s", name, p.log.String())
 		}
 	})
