@@ -111,14 +111,17 @@ func (s *Server) AddPeer(ctx context.Context, id, raftAddr, apiAddr string) erro
 			return err
 		})
 	}
-	if err := s.replica.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error(); err != nil {
+	s.replica.members.Lock()
+	err := s.replica.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error()
+	s.replica.members.Unlock()
+	if err != nil {
 		if aerr := s.replica.refused(err); aerr != nil {
 			err = aerr
 		}
 		return fmt.Errorf("adding %s at %s: %w", id, raftAddr, err)
 	}
 	s.logger.Info("raft peer added", "id", id, "raft", raftAddr, "api", apiAddr)
-	_, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{
+	_, err = s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{
 		Coordinator: &corpusv1.Coordinator{Id: id, RaftAddress: raftAddr, ApiAddress: apiAddr},
 	}}})
 	return err
@@ -144,7 +147,10 @@ func (s *Server) RemovePeer(ctx context.Context, id string) error {
 	if _, err := s.replica.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RemoveCoordinator{RemoveCoordinator: &corpusv1.RemoveCoordinator{Id: id}}}); err != nil {
 		return err
 	}
-	if err := s.replica.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second).Error(); err != nil {
+	s.replica.members.Lock()
+	err = s.replica.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second).Error()
+	s.replica.members.Unlock()
+	if err != nil {
 		if aerr := s.replica.refused(err); aerr != nil {
 			err = aerr
 		}

@@ -32,12 +32,6 @@ import (
 
 var _ snapshot.Restorer = (*Server)(nil)
 
-// restoreIndexGap is how far past the log's last index a restore is
-// installed: Raft installs it after every entry logged by then, and
-// entries proposed while the restore waits its turn take fewer indexes
-// than this, so the index written into the state is the one Raft gives.
-const restoreIndexGap = 1024
-
 // Restore implements snapshot.Restorer.
 func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *corpusv1.SnapshotContents, force bool) (*corpusv1.RestoreSnapshotResponse, error) {
 	if !s.replica.isLeader() {
@@ -71,9 +65,20 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 	if now := s.store.ClusterTime(); now != nil && (st.AppliedTime == nil || st.AppliedTime.AsTime().Before(now.AsTime())) {
 		st.AppliedTime = now
 	}
-	// The restore's own index: blocking reads and watches see the state
-	// move forward, and a keyring opened before is opened again.
-	last := s.replica.raft.LastIndex() + restoreIndexGap
+	timeout := 2 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	// The restore's own index, written into the state before Raft
+	// installs it: with the log quiet, Raft gives it last+1 (one past
+	// every entry logged), so blocking reads and watches see the state
+	// move forward, and a keyring opened before is opened again. Writes
+	// proposed meanwhile wait and apply after it.
+	last, release, err := s.replica.quiet(ctx, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("quieting the log for the restore: %w", err)
+	}
+	defer release()
 	index := last + 1
 	st.Index, st.AppliedIndex = index, index
 	if st.Keyring != nil {
@@ -90,15 +95,11 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 	if err != nil {
 		return nil, err
 	}
-	timeout := 2 * time.Minute
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: last, Term: h.RaftTerm, Size: int64(len(data))}
 	if err := s.replica.raft.Restore(meta, bytes.NewReader(data), timeout); err != nil {
 		return nil, fmt.Errorf("installing the snapshot through raft: %w", err)
 	}
-	if got := s.store.Applied(); got < index {
+	if got := s.store.Applied(); got != index {
 		return nil, fmt.Errorf("the snapshot was installed, and this replica's state is at index %d, not %d", got, index)
 	}
 	res := &corpusv1.RestoreSnapshotResponse{

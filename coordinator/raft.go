@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,6 +38,9 @@ type replica struct {
 	commit *groupcommit.Committer
 	// clock stamps the entries this replica proposes as leader.
 	clock clock.Clock
+	// members is held while the group's membership changes (Raft
+	// configuration entries), and while the log must stay still (quiet).
+	members sync.Mutex
 }
 
 // raftConfig is what openReplica needs.
@@ -264,6 +268,30 @@ func (r *replica) notLeader() error {
 // latest state.
 func (r *replica) barrier(timeout time.Duration) error {
 	return r.raft.Barrier(timeout).Error()
+}
+
+// quiet keeps the leader's log from growing until release is called:
+// the committer hands Raft no entry, no membership change starts, and
+// every entry logged before is applied here. last is the log's last
+// index then, which stays its last while quiet: an entry Raft appends
+// for a request of this replica's own (a user restore) gets last+1.
+func (r *replica) quiet(ctx context.Context, timeout time.Duration) (last uint64, release func(), err error) {
+	hold, err := r.commit.Hold(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	r.members.Lock()
+	release = func() {
+		r.members.Unlock()
+		hold()
+	}
+	// Barrier's own entry, and the leader's first one of its term, are
+	// applied once it returns.
+	if err := r.barrier(timeout); err != nil {
+		release()
+		return 0, nil, err
+	}
+	return r.raft.LastIndex(), release, nil
 }
 
 func (r *replica) isLeader() bool { return r.raft.State() == raft.Leader }

@@ -164,6 +164,34 @@ func (c *Committer) Propose(ctx context.Context, cmd *corpusv1.Command, data []b
 	}
 }
 
+// Hold waits until every entry the committer handed to Raft is applied
+// on this replica and keeps it from handing over more until release is
+// called: while held, the log grows by no entry of the committer's
+// (writes proposed meanwhile queue and leave once released). It fails
+// when ctx ends or the committer stops first, holding nothing.
+func (c *Committer) Hold(ctx context.Context) (release func(), err error) {
+	held := 0
+	free := func() {
+		for ; held > 0; held-- {
+			<-c.slots
+		}
+	}
+	// Each slot is an entry in flight: holding them all leaves none.
+	for held < cap(c.slots) {
+		select {
+		case c.slots <- struct{}{}:
+			held++
+		case <-ctx.Done():
+			free()
+			return nil, fmt.Errorf("holding the writes: %w", ctx.Err())
+		case <-c.stopped:
+			free()
+			return nil, raft.ErrRaftShutdown
+		}
+	}
+	return free, nil
+}
+
 // Close stops the committer: writes it has taken are answered, later
 // ones fail with raft.ErrRaftShutdown.
 func (c *Committer) Close() {

@@ -157,3 +157,88 @@ func TestEntriesOverlapInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestHold: Hold waits for the entries in flight to be applied, hands
+// Raft nothing while held, and the writes proposed meanwhile commit once
+// released.
+func TestHold(t *testing.T) {
+	t.Parallel()
+	store := state.NewStore()
+	r := &heldRaft{fsm: state.NewFSM(store, slog.New(slog.DiscardHandler))}
+	c := groupcommit.New(groupcommit.Config{Raft: r, Store: store, MaxInFlight: 2})
+	t.Cleanup(func() {
+		r.release(1 << 30)
+		c.Close()
+	})
+	propose := func(name string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			cmd := record(name)
+			data, err := state.Encode(cmd, time.Now())
+			if err == nil {
+				var res *state.Result
+				if res, err = c.Propose(context.Background(), cmd, data); err == nil {
+					err = res.Err
+				}
+			}
+			done <- err
+		}()
+		return done
+	}
+	taken := func(what string, n int) {
+		t.Helper()
+		testrun.Wait(t, 10*time.Second, what, func() error {
+			if got := r.entries(); got != n {
+				return fmt.Errorf("raft took %d entries, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	first := propose("before")
+	taken("the write before the hold", 1)
+
+	held := make(chan func(), 1)
+	go func() {
+		release, err := c.Hold(context.Background())
+		if err != nil {
+			t.Errorf("Hold = %v", err)
+			release = func() {}
+		}
+		held <- release
+	}()
+	select {
+	case <-held:
+		t.Fatal("Hold returned while an entry was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.release(1)
+	if err := <-first; err != nil {
+		t.Fatalf("the write before the hold = %v", err)
+	}
+	var release func()
+	select {
+	case release = <-held:
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("Hold did not return once the entry in flight was applied")
+	}
+
+	during := propose("during")
+	time.Sleep(100 * time.Millisecond)
+	if got := r.entries(); got != 1 {
+		t.Fatalf("raft took %d entries while held, want 1", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Hold(ctx); err == nil {
+		t.Error("a second Hold while held succeeded")
+	}
+	release()
+	taken("the write proposed while held", 2)
+	r.release(2)
+	if err := <-during; err != nil {
+		t.Fatalf("the write proposed while held = %v", err)
+	}
+	if store.Read().DNSRecord("during") == nil {
+		t.Error("the write proposed while held was answered but not applied")
+	}
+}
