@@ -191,3 +191,111 @@ func TestDisasterRecovery(t *testing.T) {
 		t.Errorf("%d proxied requests failed, first: %s", len(failed), failed[0])
 	}
 }
+
+// TestLiveRestoreWithAgent: a snapshot restored into the running cluster
+// (operator snapshot restore) while a node serves guests and proxied
+// traffic: the agent goes on without enrolling again, the guests of the
+// snapshot keep running without a restart, a guest created after the
+// snapshot is kept running and listed as an orphan (not destroyed), a
+// route added after the snapshot is gone and its traffic ends, the
+// snapshot's routes serve throughout (no failed request), and writes
+// work after.
+func TestLiveRestoreWithAgent(t *testing.T) {
+	c := newCluster(t)
+	a := c.addAgent("n1")
+	client, nodeAddr := c.lab.addClient(a.node)
+	a.kill()
+	a.proc = c.startAgent(a, "--address", nodeAddr)
+	c.waitNodeReady("n1")
+	hc := httpIn(client)
+
+	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2")
+	serveHTTP(t, c, "web", "one")
+	c.mustCLI("guest", "expose", "web", "--proxy", "--domain", "web.example.test", "--port", "80")
+	eventually(t, 20*time.Second, "proxy to web", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
+	load := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
+	stopped := false
+	defer func() {
+		if !stopped {
+			load.stop()
+		}
+	}()
+
+	keyFile := filepath.Join(c.dir, "snapshot.key")
+	if err := os.WriteFile(keyFile, []byte("kept away from the snapshots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(c.dir, "cluster.snap")
+	c.mustCLI("operator", "snapshot", "save", snap, "--key-file", keyFile)
+
+	// After the snapshot: a guest, and a route to it, it does not know.
+	c.mustCLI("guest", "create", "late", "--image", "busybox", "--memory", "32M", "--cpus", "0.05")
+	serveHTTP(t, c, "late", "late")
+	c.mustCLI("guest", "expose", "late", "--proxy", "--domain", "late.example.test", "--port", "80")
+	eventually(t, 20*time.Second, "proxy to late", wantBody(hc, "http://"+nodeAddr+"/", "late.example.test", "late"))
+	pids := map[string]int{}
+	for _, name := range []string{"web", "late"} {
+		st, pid, err := a.lxc.info(name)
+		if err != nil || st != "RUNNING" || pid == 0 {
+			t.Fatalf("%s before the restore: %s %d %v", name, st, pid, err)
+		}
+		pids[name] = pid
+	}
+
+	var res struct {
+		RaftIndex string `json:"raft_index"`
+		Objects   string `json:"objects"`
+	}
+	enrolled := strings.Count(a.log.String(), "msg=enrolled")
+	began := time.Now()
+	if err := c.json(&res, "operator", "snapshot", "restore", snap, "--key-file", keyFile, "--yes"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restored %s objects at index %s in %s", res.Objects, res.RaftIndex, time.Since(began).Round(time.Millisecond))
+
+	if _, _, code := c.cli("guest", "show", "late"); code == 0 {
+		t.Error("guest late, created after the snapshot, is still a guest of the cluster after the restore")
+	}
+	eventually(t, 30*time.Second, "late listed as an orphan of n1", func() error {
+		var got struct {
+			Orphans []struct{ Node, Name string } `json:"orphans"`
+		}
+		if err := c.json(&got, "guest", "list", "--orphans"); err != nil {
+			return err
+		}
+		if len(got.Orphans) != 1 || got.Orphans[0].Node != "n1" || got.Orphans[0].Name != "late" {
+			return fmt.Errorf("guest list --orphans: %+v", got.Orphans)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "the route added after the snapshot gone from the node", func() error {
+		code, _, err := get(hc, "http://"+nodeAddr+"/", "late.example.test")
+		if err != nil || code != 404 {
+			return fmt.Errorf("late.example.test = %d, %v; want 404", code, err)
+		}
+		return nil
+	})
+	// Writes work, and the node takes them without enrolling again.
+	c.mustCLI("guest", "create", "after", "--image", "busybox", "--memory", "32M", "--cpus", "0.05")
+	eventually(t, 30*time.Second, "a guest created after the restore running", func() error {
+		if st, _, err := a.lxc.info("after"); err != nil || st != "RUNNING" {
+			return fmt.Errorf("after: %s %v", st, err)
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second) // several reconcile passes (--resync-interval 2s)
+	for name, pid := range pids {
+		if st, p, err := a.lxc.info(name); err != nil || st != "RUNNING" || p != pid {
+			t.Errorf("guest %s after the restore = %s pid %d, %v; want RUNNING pid %d (not restarted, not destroyed)", name, st, p, err, pid)
+		}
+	}
+	if strings.Count(a.log.String(), "msg=enrolled") != enrolled {
+		t.Error("the agent enrolled again after the restore")
+	}
+	ok, failed := load.stop()
+	stopped = true
+	t.Logf("proxied requests to web during the restore: %d ok, %d failed", ok, len(failed))
+	if len(failed) > 0 {
+		t.Errorf("%d proxied requests failed, first: %s", len(failed), failed[0])
+	}
+}
