@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy/manifest"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -27,7 +28,7 @@ import (
 // when a deploy began stops once that deploy is live (retire).
 
 // strategyBlueGreen is RedeployRequest.strategy's blue-green.
-const strategyBlueGreen = "blue-green"
+const strategyBlueGreen = manifest.StrategyBlueGreen
 
 // runs says whether processes of release number run.
 func runs(running []supervisor.Status, number uint32) bool {

@@ -18,6 +18,7 @@ import (
 	"corpus/agent/cache"
 	"corpus/agent/deploy/githook"
 	"corpus/agent/deploy/imagetree"
+	"corpus/agent/deploy/manifest"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/secret"
@@ -75,7 +76,7 @@ type deploy struct {
 	prev    *corpusv1.Release // the serving release, nil on the first deploy
 	known   []*corpusv1.Release
 	tree    *tree
-	man     *Manifest
+	man     *manifest.Manifest
 	// image is the release's image when it is made from one (its tree
 	// instead of a pushed one); imageRef and imageDigest are what the
 	// release records.
@@ -148,7 +149,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *githook.Req
 	p.sources.set(key, g)
 	defer p.sources.drop(key)
 	d := &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
-	d.strategy, d.keepFor = man.strategy("", 0)
+	d.strategy, d.keepFor = man.Strategy("", 0)
 	if d.guest, d.driver, err = p.guestForExec(env.GuestName); err != nil {
 		return reject("%v", err)
 	}
@@ -196,7 +197,7 @@ func (d *deploy) begin(commit, author, subject, trigger string) error {
 	rel, err := coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.BeginReleaseResponse], error) {
 		return c.BeginRelease(d.ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{
 			Project: d.project, Env: d.env.Name, Commit: commit, Author: author, Subject: subject,
-			Trigger: trigger, Processes: d.man.processOrder(), ReleaseId: d.journal.ReleaseID,
+			Trigger: trigger, Processes: d.man.ProcessOrder(), ReleaseId: d.journal.ReleaseID,
 			Image: d.imageRef, ImageDigest: d.imageDigest,
 		}))
 	})
@@ -268,7 +269,7 @@ func (q quarantineGit) output(args ...string) ([]byte, error) {
 
 // inspectPush checks a pushed commit against the project contract before
 // anything happens, so a bad push changes nothing.
-func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *Manifest, string, error) {
+func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manifest.Manifest, string, error) {
 	subject, err := g.output("log", "-1", "--format=%s", commit)
 	if err != nil {
 		return nil, nil, "", err
@@ -303,30 +304,30 @@ func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *Manife
 		return nil, nil, "", err
 	}
 	var data []byte
-	if mode, ok := t.Entries[manifestFile]; ok {
+	if mode, ok := t.Entries[manifest.File]; ok {
 		if mode != "100644" && mode != "100755" {
-			return nil, nil, "", fmt.Errorf("%s is not a regular file", manifestFile)
+			return nil, nil, "", fmt.Errorf("%s is not a regular file", manifest.File)
 		}
-		if data, err = g.output("cat-file", "blob", commit+":"+manifestFile); err != nil {
+		if data, err = g.output("cat-file", "blob", commit+":"+manifest.File); err != nil {
 			return nil, nil, "", err
 		}
 	}
-	m, err := parseManifest(data)
+	m, err := manifest.Parse(data)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if mode, ok := t.Entries[procfile]; ok {
+	if mode, ok := t.Entries[manifest.Procfile]; ok {
 		if mode != "100644" && mode != "100755" {
-			return nil, nil, "", fmt.Errorf("%s is not a regular file", procfile)
+			return nil, nil, "", fmt.Errorf("%s is not a regular file", manifest.Procfile)
 		}
 		if len(m.Processes) > 0 {
-			return nil, nil, "", fmt.Errorf("processes are declared in both %s and %s: keep one", manifestFile, procfile)
+			return nil, nil, "", fmt.Errorf("processes are declared in both %s and %s: keep one", manifest.File, manifest.Procfile)
 		}
-		raw, err := g.output("cat-file", "blob", commit+":"+procfile)
+		raw, err := g.output("cat-file", "blob", commit+":"+manifest.Procfile)
 		if err != nil {
 			return nil, nil, "", err
 		}
-		if m.Processes, err = parseProcfile(raw); err != nil {
+		if m.Processes, err = manifest.ParseProcfile(raw); err != nil {
 			return nil, nil, "", err
 		}
 	}
@@ -505,13 +506,13 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			return true, nil
 		}
 		if len(d.tree.Install) == 0 {
-			d.say("       no steps in %s", installDir)
+			d.say("       no steps in %s", manifest.InstallDir)
 			return true, nil
 		}
 		for _, name := range d.tree.Install {
 			d.say("-----> install %s", name)
 			d.tail = nil
-			if err := d.exec(d.ctx, []string{"./" + installDir + "/" + name}, rel, d.stepEnv(nil), nil, true); err != nil {
+			if err := d.exec(d.ctx, []string{"./" + manifest.InstallDir + "/" + name}, rel, d.stepEnv(nil), nil, true); err != nil {
 				return false, fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -529,10 +530,10 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			return true, nil
 		}
 		if d.tree.Hooks["fixperms"] {
-			return false, d.exec(d.ctx, []string{"./" + manifestDir + "/fixperms"}, rel, d.stepEnv(nil), nil, false)
+			return false, d.exec(d.ctx, []string{"./" + manifest.Dir + "/fixperms"}, rel, d.stepEnv(nil), nil, false)
 		}
 		if d.uid == 0 {
-			d.say("       files belong to root (set user: in %s to change it)", manifestFile)
+			d.say("       files belong to root (set user: in %s to change it)", manifest.File)
 			return true, nil
 		}
 		return false, d.sh(`chown -hR "$2:$3" "$1"; chown "$2:$3" "$4"`, rel, strconv.Itoa(d.uid), strconv.Itoa(d.gid), base+"/data")
@@ -542,7 +543,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 	}
 	err = d.step(stepStart, func() (bool, error) {
 		if len(d.man.Processes) == 0 {
-			d.say("       no processes (a Procfile, or processes: in %s)", manifestFile)
+			d.say("       no processes (a Procfile, or processes: in %s)", manifest.File)
 			return true, nil
 		}
 		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.instance, d.specOf(), d.name(), d.say)
@@ -564,7 +565,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		case !d.runs(stepHealth):
 			return true, nil
 		case d.man.Health == nil || d.man.Health.HTTP == nil:
-			d.say("       no health check in %s", manifestFile)
+			d.say("       no health check in %s", manifest.File)
 			return true, nil
 		}
 		c := d.man.Health.HTTP
@@ -591,7 +592,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		changed := d.instance <= 1 && !slices.Equal(d.man.Domains, d.env.ManifestDomains)
 		if changed {
 			if err := d.setDomains(d.man.Domains); err != nil {
-				return false, fmt.Errorf("routing the domains of %s: %w", manifestFile, err)
+				return false, fmt.Errorf("routing the domains of %s: %w", manifest.File, err)
 			}
 			d.say("       domains routed: %s", strings.Join(append(append([]string(nil), d.env.Domains...), d.man.Domains...), ", "))
 		}
@@ -652,7 +653,7 @@ func switchCurrent(ctx context.Context, drv drivers.Driver, guest, project, name
 
 // hook runs a project hook from a release's tree when it has one.
 func (d *deploy) hook(releaseDir, name string, extra map[string]string) error {
-	script := releaseDir + "/" + manifestDir + "/" + name
+	script := releaseDir + "/" + manifest.Dir + "/" + name
 	var probe bytes.Buffer
 	code, err := d.driver.Exec(d.ctx, d.guest.Name, drivers.ExecRequest{Argv: []string{"test", "-x", script}, Stdout: &probe})
 	if err != nil {
@@ -661,6 +662,6 @@ func (d *deploy) hook(releaseDir, name string, extra map[string]string) error {
 	if code != 0 {
 		return nil
 	}
-	d.say("       running %s/%s", manifestDir, name)
+	d.say("       running %s/%s", manifest.Dir, name)
 	return d.exec(d.ctx, []string{script}, releaseDir, d.stepEnv(extra), nil, true)
 }

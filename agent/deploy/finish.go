@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy/manifest"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -151,7 +152,7 @@ func (d *deploy) notify(status string) {
 	start := time.Now()
 	var err error
 	if d.tree.Hooks["notify"] {
-		err = d.exec(d.ctx, []string{"./" + manifestDir + "/notify"}, d.releaseDir(), d.stepEnv(map[string]string{"CORPUS_STATUS": status}), nil, true)
+		err = d.exec(d.ctx, []string{"./" + manifest.Dir + "/notify"}, d.releaseDir(), d.stepEnv(map[string]string{"CORPUS_STATUS": status}), nil, true)
 	} else if status == corpusv1.ReleaseSucceeded {
 		d.say("       %s/%s %s (%s) deployed by %s", d.project, d.env.Name, d.name(), d.source(), d.release.Author)
 	} else {

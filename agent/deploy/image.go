@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/deploy/imagetree"
+	"corpus/agent/deploy/manifest"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -62,8 +63,8 @@ func (d *deploy) syncImage(rel string) error {
 
 // imageDeploy is a deploy's manifest and tree for a release from an
 // image: the defaults, and no install steps or hooks.
-func imageDeploy() (*Manifest, *tree) {
-	man, _ := parseManifest(nil)
+func imageDeploy() (*manifest.Manifest, *tree) {
+	man, _ := manifest.Parse(nil)
 	return man, &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
 }
 

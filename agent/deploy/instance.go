@@ -169,8 +169,7 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 		return cur, 0, err
 	}
 	if res.Release.GetNumber() != rel {
-		// Changed meanwhile: the next pass takes the new one.
-		p.logger.Info("an instance's release changed before it was deployed", "guest", g.Name, "release", want, "now", corpusv1.ReleaseName(res.Release.GetNumber()))
+		p.logger.Info("an instance's release changed before it was deployed; the next pass takes it", "guest", g.Name, "release", want, "now", corpusv1.ReleaseName(res.Release.GetNumber()))
 		return cur, 0, nil
 	}
 	env := instanceEnv(res.Env, in.Index)

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/deploy/githook"
+	"corpus/agent/deploy/manifest"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -40,7 +41,7 @@ func (d *deploy) lint(g quarantineGit, old, commit, author, subject string) (ref
 	if len(req.ChangedFiles) > maxLintFiles {
 		req.ChangedFiles = req.ChangedFiles[:maxLintFiles]
 	}
-	for path, dst := range map[string]*string{manifestFile: &req.Manifest, procfile: &req.Procfile} {
+	for path, dst := range map[string]*string{manifest.File: &req.Manifest, manifest.Procfile: &req.Procfile} {
 		if _, ok := d.tree.Entries[path]; ok {
 			raw, err := g.output("cat-file", "blob", commit+":"+path)
 			if err != nil {

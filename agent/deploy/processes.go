@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/agent/deploy/manifest"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -107,8 +108,8 @@ func (s runSpec) on(scale map[string]uint32, instance uint32) runSpec {
 // specOf is the run spec of a deploy's release.
 func (d *deploy) specOf() runSpec {
 	s := runSpec{Release: d.name(), Grace: supervisor.Duration(d.man.Grace), UID: d.uid, GID: d.gid,
-		HealthPath: "/", HealthTimeout: supervisor.Duration(defaultHealthTimeout)}
-	for _, name := range d.man.processOrder() {
+		HealthPath: "/", HealthTimeout: supervisor.Duration(manifest.DefaultHealthTimeout)}
+	for _, name := range d.man.ProcessOrder() {
 		s.Processes = append(s.Processes, supervisor.Process{Name: name, Command: d.man.Processes[name]})
 	}
 	if d.image != nil {
@@ -301,7 +302,7 @@ func (r *rollout) checkWeb(ctx context.Context) error {
 	url := "http://" + net.JoinHostPort(r.guest.Address, strconv.Itoa(r.port)) + r.spec.HealthPath
 	timeout := time.Duration(r.spec.HealthTimeout)
 	if timeout <= 0 {
-		timeout = defaultHealthTimeout
+		timeout = manifest.DefaultHealthTimeout
 	}
 	accept := func(code int) bool { return code < 500 }
 	if r.spec.Strict {

@@ -16,6 +16,7 @@ import (
 
 	"corpus/agent/deploy/githook"
 	"corpus/agent/deploy/imagetree"
+	"corpus/agent/deploy/manifest"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/names"
@@ -107,7 +108,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		man, t := imageDeploy()
 		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man, tree: t,
 			out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
-		d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
+		d.strategy, d.keepFor = man.Strategy(r.Strategy, r.KeepSeconds)
 		return p.deployImage(d, r, m.Author, ref, pull)
 	}
 	if p.git == nil {
@@ -123,7 +124,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	// does; what it says is then lost, not the deploy.
 	d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
 		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
-	d.strategy, d.keepFor = man.strategy(r.Strategy, r.KeepSeconds)
+	d.strategy, d.keepFor = man.Strategy(r.Strategy, r.KeepSeconds)
 	if err := d.resolveUser(); err != nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -164,7 +165,7 @@ func (p *Pipeline) restart(ctx context.Context, drv drivers.Driver, g *corpusv1.
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	if !ok {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s of %s/%s runs no processes (a Procfile, or processes: in %s)", rel, project, env.Name, manifestFile))
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s of %s/%s runs no processes (a Procfile, or processes: in %s)", rel, project, env.Name, manifest.File))
 	}
 	if len(only) > 0 {
 		var keep []supervisor.Process

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/cache"
+	"corpus/agent/deploy/manifest"
 	"corpus/drivers"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -97,7 +98,7 @@ func (p *Pipeline) rollback(ctx context.Context, m *corpusv1.RollbackRequest, se
 		say("       warning: stopping the processes of the release before: %v", err)
 	}
 	d := &deploy{p: p, ctx: ctx, guest: g, driver: drv, project: m.Project, env: &corpusv1.ProjectEnv{Name: m.Env},
-		release: &corpusv1.Release{Number: m.To}, man: &Manifest{Timeout: defaultStepTimeout}, out: out, log: &bytes.Buffer{}}
+		release: &corpusv1.Release{Number: m.To}, man: &manifest.Manifest{Timeout: manifest.DefaultStepTimeout}, out: out, log: &bytes.Buffer{}}
 	fmt.Fprintf(out, "-----> rollback hook\n")
 	dir := projectDir(m.Project)
 	if err := d.hook(dir+"/releases/"+target, "rollback", map[string]string{"CORPUS_ARCHIVE": dir + "/archives/" + target}); err != nil {
