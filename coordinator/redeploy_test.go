@@ -54,26 +54,9 @@ func (f *fakeAgent) Rollback(ctx context.Context, req *connect.Request[corpusv1.
 // restart the agent failed is audited failed.
 func TestRedeployAuditsItsOutcome(t *testing.T) {
 	t.Parallel()
-	s := start(t, t.TempDir())
+	s, _ := helloWithReleases(t)
 	ctx := context.Background()
-	a := s.enroll("n1")
-	a.address = serveFakeAgent(t, s, a)
-	a.report(t)
 	ops := s.ops()
-	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "hello", Env: "dev"})); err != nil {
-		t.Fatal(err)
-	}
-	s.waitFor("hello-dev placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev").GetNodeId() == a.id })
-	a.report(t, observed(s.Store().Read().GuestByName("hello-dev").Id, state.ObservedRunning))
-	for i := range 2 {
-		r, err := a.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "hello", Env: "dev", Commit: fmt.Sprintf("c0ffee%d", i), Author: "ops"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: r.Msg.Release.Id, Status: corpusv1.ReleaseSucceeded})); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	// untilDone reads a stream as the CLI does: up to the message that
 	// says done, then it closes it.
@@ -138,27 +121,10 @@ func TestRedeployAuditsItsOutcome(t *testing.T) {
 // second on the newer release.
 func TestRollbackRollsInstancesBeforeDone(t *testing.T) {
 	t.Parallel()
-	s := start(t, t.TempDir())
+	s, a := helloWithReleases(t)
 	ctx := context.Background()
-	a := s.enroll("n1")
-	a.address = serveFakeAgent(t, s, a)
-	a.report(t)
 	ops := s.ops()
-	if _, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "hello", Env: "dev"})); err != nil {
-		t.Fatal(err)
-	}
-	s.waitFor("hello-dev placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev").GetNodeId() == a.id })
 	first := s.Store().Read().GuestByName("hello-dev").Id
-	a.report(t, observed(first, state.ObservedRunning))
-	for i := range 2 {
-		r, err := a.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "hello", Env: "dev", Commit: fmt.Sprintf("c0ffee%d", i), Author: "ops"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: r.Msg.Release.Id, Status: corpusv1.ReleaseSucceeded})); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := ops.project.Scale(ctx, connect.NewRequest(&corpusv1.ScaleRequest{Project: "hello", Counts: map[string]uint32{"web": 2}, SharedNothing: true})); err != nil {
 		t.Fatal(err)
 	}
@@ -220,4 +186,31 @@ func TestRollbackRollsInstancesBeforeDone(t *testing.T) {
 	if in := s.Store().Read().Project("hello").GetEnvs()[0].GetInstances(); len(in) != 1 || in[0].Release != 1 {
 		t.Errorf("instances after the rollback = %v, want instance 2 at r1", in)
 	}
+}
+
+// helloWithReleases is a coordinator with node n1 served by a fakeAgent,
+// and project hello (env dev) running there with releases r1 and r2,
+// both succeeded.
+func helloWithReleases(t *testing.T) (*server, *agent) {
+	t.Helper()
+	s := start(t, t.TempDir())
+	ctx := context.Background()
+	a := s.enroll("n1")
+	a.address = serveFakeAgent(t, s, a)
+	a.report(t)
+	if _, err := s.ops().project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: "hello", Env: "dev"})); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("hello-dev placed", func(v *state.Snap) bool { return v.GuestByName("hello-dev").GetNodeId() == a.id })
+	a.report(t, observed(s.Store().Read().GuestByName("hello-dev").Id, state.ObservedRunning))
+	for i := range 2 {
+		r, err := a.agent.BeginRelease(ctx, connect.NewRequest(&corpusv1.BeginReleaseRequest{Project: "hello", Env: "dev", Commit: fmt.Sprintf("c0ffee%d", i), Author: "ops"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.agent.FinishRelease(ctx, connect.NewRequest(&corpusv1.FinishReleaseRequest{Id: r.Msg.Release.Id, Status: corpusv1.ReleaseSucceeded})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, a
 }

@@ -3,10 +3,12 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,24 +33,10 @@ func TestDisasterRecovery(t *testing.T) {
 	a.proc = c.startAgent(a, "--coordinator", lab.lan+":7400", "--address", nodeAddr)
 	c.waitNodeReady("n1")
 
-	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2")
 	c.mustCLI("project", "create", "site", "--env", "dev", "--image", "busybox", "--memory", "32M", "--cpus", "0.1")
-	serveHTTP(t, c, "web", "one")
-	c.mustCLI("guest", "expose", "web", "--proxy", "--domain", "web.example.test", "--port", "80")
-	hc := httpIn(client)
-	eventually(t, 20*time.Second, "proxy to web", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
-	load := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
-	stopped := false
-	defer func() {
-		if !stopped {
-			load.stop()
-		}
-	}()
-
-	keyFile := filepath.Join(g.dir, "snapshot.key")
-	if err := os.WriteFile(keyFile, []byte("a passphrase kept away from the snapshots\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, stopLoad := webUnderLoad(t, c, client, nodeAddr)
+	defer stopLoad()
+	keyFile := snapshotKey(t, g.dir)
 	snap := filepath.Join(g.dir, "cluster.snap")
 	var header struct {
 		ClusterID string            `json:"cluster_id"`
@@ -166,26 +154,14 @@ func TestDisasterRecovery(t *testing.T) {
 	if !strings.Contains(a.log.String(), "guest unknown to the cluster") {
 		t.Error("the agent did not log the guest the snapshot predates")
 	}
-	eventually(t, 20*time.Second, "late listed as an orphan of n1", func() error {
-		var got struct {
-			Orphans []struct{ Node, Name string } `json:"orphans"`
-		}
-		if err := c.json(&got, "guest", "list", "--orphans"); err != nil {
-			return err
-		}
-		if len(got.Orphans) != 1 || got.Orphans[0].Node != "n1" || got.Orphans[0].Name != "late" {
-			return fmt.Errorf("guest list --orphans: %+v", got.Orphans)
-		}
-		return nil
-	})
+	waitOrphan(t, c, "n1", "late")
 	time.Sleep(5 * time.Second) // several reconcile passes (--resync-interval 2s)
 	for name, pid := range pids {
 		if st, p, err := a.lxc.info(name); err != nil || st != "RUNNING" || p != pid {
 			t.Errorf("guest %s after the restore = %s pid %d, %v; want RUNNING pid %d (not restarted, not destroyed)", name, st, p, err, pid)
 		}
 	}
-	ok, failed := load.stop()
-	stopped = true
+	ok, failed := stopLoad()
 	t.Logf("proxied requests during the outage and restore: %d ok, %d failed", ok, len(failed))
 	if len(failed) > 0 {
 		t.Errorf("%d proxied requests failed, first: %s", len(failed), failed[0])
@@ -207,24 +183,9 @@ func TestLiveRestoreWithAgent(t *testing.T) {
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
 	c.waitNodeReady("n1")
-	hc := httpIn(client)
-
-	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2")
-	serveHTTP(t, c, "web", "one")
-	c.mustCLI("guest", "expose", "web", "--proxy", "--domain", "web.example.test", "--port", "80")
-	eventually(t, 20*time.Second, "proxy to web", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
-	load := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
-	stopped := false
-	defer func() {
-		if !stopped {
-			load.stop()
-		}
-	}()
-
-	keyFile := filepath.Join(c.dir, "snapshot.key")
-	if err := os.WriteFile(keyFile, []byte("kept away from the snapshots\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hc, stopLoad := webUnderLoad(t, c, client, nodeAddr)
+	defer stopLoad()
+	keyFile := snapshotKey(t, c.dir)
 	snap := filepath.Join(c.dir, "cluster.snap")
 	c.mustCLI("operator", "snapshot", "save", snap, "--key-file", keyFile)
 
@@ -256,18 +217,7 @@ func TestLiveRestoreWithAgent(t *testing.T) {
 	if _, _, code := c.cli("guest", "show", "late"); code == 0 {
 		t.Error("guest late, created after the snapshot, is still a guest of the cluster after the restore")
 	}
-	eventually(t, 30*time.Second, "late listed as an orphan of n1", func() error {
-		var got struct {
-			Orphans []struct{ Node, Name string } `json:"orphans"`
-		}
-		if err := c.json(&got, "guest", "list", "--orphans"); err != nil {
-			return err
-		}
-		if len(got.Orphans) != 1 || got.Orphans[0].Node != "n1" || got.Orphans[0].Name != "late" {
-			return fmt.Errorf("guest list --orphans: %+v", got.Orphans)
-		}
-		return nil
-	})
+	waitOrphan(t, c, "n1", "late")
 	eventually(t, 20*time.Second, "the route added after the snapshot gone from the node", func() error {
 		code, _, err := get(hc, "http://"+nodeAddr+"/", "late.example.test")
 		if err != nil || code != 404 {
@@ -292,10 +242,56 @@ func TestLiveRestoreWithAgent(t *testing.T) {
 	if strings.Count(a.log.String(), "msg=enrolled") != enrolled {
 		t.Error("the agent enrolled again after the restore")
 	}
-	ok, failed := load.stop()
-	stopped = true
+	ok, failed := stopLoad()
 	t.Logf("proxied requests to web during the restore: %d ok, %d failed", ok, len(failed))
 	if len(failed) > 0 {
 		t.Errorf("%d proxied requests failed, first: %s", len(failed), failed[0])
 	}
+}
+
+// webUnderLoad makes guest web serve "one" through the node's proxy at
+// web.example.test and sends it requests from client until stop, which
+// says how many answered and which failed (and may be called again).
+func webUnderLoad(t *testing.T, c *cluster, client, nodeAddr string) (hc *http.Client, stop func() (int, []string)) {
+	t.Helper()
+	c.mustCLI("guest", "create", "web", "--image", "busybox", "--memory", "64M", "--cpus", "0.2")
+	serveHTTP(t, c, "web", "one")
+	c.mustCLI("guest", "expose", "web", "--proxy", "--domain", "web.example.test", "--port", "80")
+	hc = httpIn(client)
+	eventually(t, 20*time.Second, "proxy to web", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
+	load := proxyLoad(client, "http://"+nodeAddr+"/", "web.example.test")
+	var once sync.Once
+	var ok int
+	var failed []string
+	return hc, func() (int, []string) {
+		once.Do(func() { ok, failed = load.stop() })
+		return ok, failed
+	}
+}
+
+// snapshotKey writes a snapshot key file in dir and returns its path.
+func snapshotKey(t *testing.T, dir string) string {
+	t.Helper()
+	keyFile := filepath.Join(dir, "snapshot.key")
+	if err := os.WriteFile(keyFile, []byte("a passphrase kept away from the snapshots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
+}
+
+// waitOrphan waits until guest list --orphans lists name, alone, on node.
+func waitOrphan(t *testing.T, c *cluster, node, name string) {
+	t.Helper()
+	eventually(t, 30*time.Second, name+" listed as an orphan of "+node, func() error {
+		var got struct {
+			Orphans []struct{ Node, Name string } `json:"orphans"`
+		}
+		if err := c.json(&got, "guest", "list", "--orphans"); err != nil {
+			return err
+		}
+		if len(got.Orphans) != 1 || got.Orphans[0].Node != node || got.Orphans[0].Name != name {
+			return fmt.Errorf("guest list --orphans: %+v", got.Orphans)
+		}
+		return nil
+	})
 }
