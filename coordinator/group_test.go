@@ -394,7 +394,7 @@ func TestReportsSeePlacements(t *testing.T) {
 	ctx := context.Background()
 	rs := startGroup(t, 3)
 	lead, follower := rs.leader(), rs.follower()
-	a := rs.reps[lead].enroll("n1")
+	a := rs.reps[lead].enrollAs(rs.token, "n1") // the leader need not hold the token
 	a.report(t)
 	viaFollower := rs.reps[follower].clientsAs(a.cert, "")
 	for i := 0; i < 40; i++ {
@@ -455,7 +455,7 @@ func TestWatchWaitsForTheGroup(t *testing.T) {
 	ctx := context.Background()
 	rs := startGroup(t, 3)
 	lead := rs.leader()
-	a := rs.reps[lead].enroll("n1")
+	a := rs.reps[lead].enrollAs(rs.token, "n1") // the leader need not hold the token
 	a.report(t)
 	if _, err := rs.ops(lead).guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: "keep",
 		Spec: &corpusv1.GuestSpec{Image: "busybox", Resources: &corpusv1.Resources{CpuMillis: 50, MemoryBytes: 64 << 20}}})); err != nil {

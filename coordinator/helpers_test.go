@@ -261,7 +261,14 @@ func (s *server) ops() clients { return s.clients(s.OpsToken()) }
 // joinToken creates a join token as the operator.
 func (s *server) joinToken() string {
 	s.t.Helper()
-	res, err := s.ops().nodes.CreateJoinToken(context.Background(), connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
+	return s.joinTokenAs(s.OpsToken())
+}
+
+// joinTokenAs creates a join token with operator token ops: a replica
+// of a group holds the token only if it bootstrapped the group.
+func (s *server) joinTokenAs(ops string) string {
+	s.t.Helper()
+	res, err := s.clients(ops).nodes.CreateJoinToken(context.Background(), connect.NewRequest(&corpusv1.CreateJoinTokenRequest{}))
 	if err != nil {
 		s.t.Fatalf("CreateJoinToken() = %v", err)
 	}
@@ -294,12 +301,18 @@ type agent struct {
 // enroll enrolls a node named name with a fresh join token.
 func (s *server) enroll(name string) *agent {
 	s.t.Helper()
+	return s.enrollAs(s.OpsToken(), name)
+}
+
+// enrollAs is enroll with a join token made with operator token ops.
+func (s *server) enrollAs(ops, name string) *agent {
+	s.t.Helper()
 	keyPEM, csrPEM, err := pki.NewKeyAndCSR(name)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	res, err := s.clients("").agent.Enroll(context.Background(), connect.NewRequest(&corpusv1.EnrollRequest{
-		JoinToken: s.joinToken(), Name: name, Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1", AgentVersion: "test",
+		JoinToken: s.joinTokenAs(ops), Name: name, Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1", AgentVersion: "test",
 		CsrPem: csrPEM,
 	}))
 	if err != nil {
