@@ -75,8 +75,9 @@ func TestBootScriptStops(t *testing.T) {
 	cmd, done := bootCommand(t, filepath.Join(dir, "sup"), marker)
 	// The script marks the guest before it sets its trap: asked to stop
 	// in between, sh ends by the signal. It is waiting (its trap set)
-	// once it has a child, the sleep of its loop.
-	waitFor(t, "the boot script waiting for the supervisor", func() bool { return hasChild(cmd.Process.Pid) })
+	// once its child is the sleep of its loop (not the mkdir before the
+	// trap, which CI once caught).
+	waitFor(t, "the boot script waiting for the supervisor", func() bool { return hasChild(cmd.Process.Pid, "sleep") })
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -92,9 +93,9 @@ func TestBootScriptStops(t *testing.T) {
 	}
 }
 
-// hasChild reports whether process pid has a child, from the parent
-// PIDs in /proc/*/stat.
-func hasChild(pid int) bool {
+// hasChild reports whether process pid has a child named comm, from
+// /proc/*/stat.
+func hasChild(pid int, comm string) bool {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -103,8 +104,12 @@ func hasChild(pid int) bool {
 		}
 		// "pid (comm) state ppid ...": comm may hold spaces and ')'.
 		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if lp < 0 || rp < lp {
+			continue
+		}
+		f := strings.Fields(s[rp+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && s[lp+1:rp] == comm {
 			return true
 		}
 	}
