@@ -105,6 +105,7 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 	}
 	// No value anywhere in the state is still sealed by the old key.
 	var fresh int
+	var seen []string
 	walkBytes(view.Dump().ProtoReflect(), "", func(path string, b []byte) {
 		id, err := seal.KeyID(b)
 		switch {
@@ -114,10 +115,14 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 		case id == rot.Msg.Primary:
 			fresh++
 		}
+		if err == nil {
+			seen = append(seen, path+" by "+id)
+		}
 	})
 	// The eight values and the new key's own wrapped form.
 	if fresh != 9 {
-		t.Errorf("%d values are sealed by the new key, want 9", fresh)
+		t.Errorf("%d values are sealed by the new key %s, want 9; at index %d (rotation at %d) sealed values are %q",
+			fresh, rot.Msg.Primary, view.Index(), view.Keyring().GetModifyIndex(), seen)
 	}
 	// Each opens to what was sealed, with the new keyring alone.
 	k, err := ring.Open(view)
