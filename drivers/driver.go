@@ -399,6 +399,9 @@ type GuestStatus struct {
 	// ImageDigest is the digest ("sha256:...") the guest's OCI image
 	// reference resolved to when it was created; "" for built images.
 	ImageDigest string `json:"image_digest,omitempty"`
+	// ImagePorts are the ports the guest's OCI image exposes ("8080/tcp"),
+	// sorted; nil for built images and drivers that do not read images.
+	ImagePorts []string `json:"image_ports,omitempty"`
 	// Address is the guest's configured address ("" without network).
 	Address string `json:"address,omitempty"`
 	// Message says more about the state when the driver knows more

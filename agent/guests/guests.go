@@ -393,7 +393,7 @@ func (c *Config) RecoverJournal(ctx context.Context) error {
 }
 
 func observedFrom(st drivers.GuestStatus) *corpusv1.GuestObserved {
-	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message, ImageDigest: st.ImageDigest}
+	return &corpusv1.GuestObserved{State: string(st.State), Pid: int64(st.PID), Message: st.Message, ImageDigest: st.ImageDigest, ImagePorts: st.ImagePorts}
 }
 
 // stepError is a guest reconcile that failed at step.

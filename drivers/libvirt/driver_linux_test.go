@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestLifecycleOnTestHypervisor(t *testing.T) {
 	}
 	want := drivers.GuestStatus{ID: "id-1", Name: name, Image: "debian/bookworm", State: drivers.StateStopped,
 		MemoryBytes: 256 << 20, CPUMillis: 1500, Address: "10.77.0.5"}
-	if st != want {
+	if !reflect.DeepEqual(st, want) {
 		t.Fatalf("Inspect = %+v, want %+v", st, want)
 	}
 	if _, err := os.Stat(filepath.Join(d.guestDir(name), "disk.qcow2")); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("Inspect = %v", err)
 	}
 	want := drivers.GuestStatus{ID: spec.ID, Name: spec.Name, Image: "busybox", State: drivers.StateStopped}
-	if st != want {
+	if !reflect.DeepEqual(st, want) {
 		t.Fatalf("Inspect after Create = %+v, want %+v", st, want)
 	}
 

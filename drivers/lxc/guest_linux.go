@@ -51,6 +51,8 @@ type metadata struct {
 	// Command the image's command the guest runs (see oci_linux.go).
 	Digest  string   `json:"digest,omitempty"`
 	Command []string `json:"command,omitempty"`
+	// Ports are the ports the OCI image exposes (oci.Image.Ports).
+	Ports []string `json:"ports,omitempty"`
 	// Cache is the image cache the guest was made from (of the image
 	// itself, not of its copy for the guest's ids): the image the node's
 	// cache keeps for it (see cache_linux.go).
@@ -298,7 +300,7 @@ func (d *Driver) create(ctx context.Context, spec drivers.GuestSpec, img imageSp
 		return err
 	}
 	if pulled != nil {
-		md.Digest, md.Command = pulled.Digest, pulled.Argv(spec.Command, spec.Args)
+		md.Digest, md.Command, md.Ports = pulled.Digest, pulled.Argv(spec.Command, spec.Args), pulled.Ports()
 		if spec.Env, err = configureImage(&configWriter{c: c}, pulled, md.Command, filepath.Join(d.imgPath, pulledCache, "rootfs"), spec.Env); err != nil {
 			return err
 		}
@@ -640,6 +642,7 @@ func status(c *golxc.Container, m metadata) drivers.GuestStatus {
 		Name:        m.Name,
 		Image:       m.Image,
 		ImageDigest: m.Digest,
+		ImagePorts:  m.Ports,
 		State:       guestState(c.State()),
 	}
 	if st.State != drivers.StateStopped {

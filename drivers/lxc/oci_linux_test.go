@@ -30,12 +30,13 @@ func TestOCIImage(t *testing.T) {
 	ctx := t.Context()
 	reg := ocitest.Registry(t)
 	digest := ocitest.Push(t, reg+"/test/app:1", ocitest.Image(t, v1.Config{
-		Entrypoint: []string{"/bin/sh", "-c", `echo "$(id -u):$(id -g) $GREETING|$FROM_SPEC|$(pwd)" > /tmp/out; exec sleep 1000`},
-		Cmd:        []string{"ignored-arg"},
-		Env:        []string{"PATH=/bin", "GREETING=hello world", "FROM_SPEC=image"},
-		WorkingDir: "/home/app",
-		User:       "app",
-		StopSignal: "SIGKILL",
+		Entrypoint:   []string{"/bin/sh", "-c", `echo "$(id -u):$(id -g) $GREETING|$FROM_SPEC|$(pwd)" > /tmp/out; exec sleep 1000`},
+		Cmd:          []string{"ignored-arg"},
+		Env:          []string{"PATH=/bin", "GREETING=hello world", "FROM_SPEC=image"},
+		WorkingDir:   "/home/app",
+		User:         "app",
+		StopSignal:   "SIGKILL",
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}, "53/udp": {}},
 	}, ocitest.BusyboxLayer(t)))
 
 	spec := drivers.GuestSpec{ID: "id-app", Name: "app", Image: reg + "/test/app:1", Env: map[string]string{"FROM_SPEC": "spec"}}
@@ -50,8 +51,8 @@ func TestOCIImage(t *testing.T) {
 		t.Fatalf("Start = %v", err)
 	}
 	st := mustInspect(t, d, spec.Name)
-	if st.ImageDigest != digest || st.Image != spec.Image || st.State != drivers.StateRunning {
-		t.Errorf("Inspect = %+v, want running from %s with digest %s", st, spec.Image, digest)
+	if st.ImageDigest != digest || st.Image != spec.Image || st.State != drivers.StateRunning || !slices.Equal(st.ImagePorts, []string{"53/udp", "8080/tcp"}) {
+		t.Errorf("Inspect = %+v, want running from %s with digest %s and the image's ports 53/udp, 8080/tcp", st, spec.Image, digest)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

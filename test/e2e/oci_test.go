@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -29,10 +30,11 @@ func registryIn(t *testing.T, ns string) (string, *http.Transport) {
 // TestGuestFromOCIImage: a guest made from an OCI image that a registry
 // on the node's loopback serves (an agent pulls from loopback over plain
 // HTTP without being told) runs the image's command as the image's user
-// with its env, answers on its exposed port, and shows the digest it
-// runs; a guest given words after -- runs them as the image's cmd, and
-// a built image refuses them; an image the registry lacks fails the guest
-// with the reason.
+// with its env, answers on its exposed port, which a route by domain
+// made without a port takes, and shows the digest it runs; a guest
+// given words after -- runs them as the image's cmd, and a built image
+// refuses them; an image the registry lacks fails the guest with the
+// reason.
 func TestGuestFromOCIImage(t *testing.T) {
 	c := newCluster(t)
 	a := c.addAgent("n1")
@@ -62,8 +64,8 @@ func TestGuestFromOCIImage(t *testing.T) {
 	if v.Status != "running" || v.Guest.Observed.ImageDigest != digest {
 		t.Errorf("guest show web = %s, digest %q; want running, %s", v.Status, v.Guest.Observed.ImageDigest, digest)
 	}
-	if out := c.mustCLI("guest", "show", "web"); !strings.Contains(out, digest) {
-		t.Errorf("guest show web does not print the digest %s:\n%s", digest, out)
+	if out := c.mustCLI("guest", "show", "web"); !strings.Contains(out, digest) || !regexp.MustCompile(`Image ports:\s+8080/tcp\n`).MatchString(out) {
+		t.Errorf("guest show web does not print the digest %s and the image's port 8080/tcp:\n%s", digest, out)
 	}
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	url := "http://" + net.JoinHostPort(strings.Split(v.Guest.Address, "/")[0], "8080") + "/"
@@ -84,6 +86,13 @@ func TestGuestFromOCIImage(t *testing.T) {
 	if want := "uid 1000 hello from the image\n"; body != want {
 		t.Errorf("GET %s = %q, want %q", url, body, want)
 	}
+	// Exposed by domain without a port, the route takes the one the
+	// image exposes.
+	if out := c.mustCLI("guest", "expose", "web", "--domain", "web.example.test"); !strings.Contains(out, "port 8080") {
+		t.Errorf("guest expose web --domain web.example.test said %q; want a route to port 8080", out)
+	}
+	outside, nodeAddr := c.lab.addClient(a.node)
+	eventually(t, 15*time.Second, "the proxy to web's image port", wantBody(httpIn(outside), "http://"+nodeAddr+"/", "web.example.test", strings.TrimSpace(body)))
 	// Exec reaches the guest as for other guests.
 	if out := c.mustCLI("guest", "exec", "web", "--", "cat", "/home/app/index.html"); out != body {
 		t.Errorf("guest exec cat index.html = %q, want %q", out, body)

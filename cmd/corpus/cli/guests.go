@@ -447,6 +447,9 @@ func newGuestShowCmd(g *Globals) *cobra.Command {
 					if o.ImageDigest != "" {
 						fmt.Fprintf(w, "Image digest:\t%s\n", o.ImageDigest)
 					}
+					if len(o.ImagePorts) > 0 {
+						fmt.Fprintf(w, "Image ports:\t%s\n", strings.Join(o.ImagePorts, ", "))
+					}
 				}
 				fmt.Fprintln(w, "Events:")
 				for _, e := range gu.Events {

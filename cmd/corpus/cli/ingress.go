@@ -40,10 +40,11 @@ func newGuestExposeCmd(g *Globals) *cobra.Command {
 		tlsFlags    routeTLSFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "expose NAME (--proxy --domain DOMAIN --port PORT | --tcp NODEPORT[:GUESTPORT])",
+		Use:   "expose NAME (--proxy --domain DOMAIN [--port PORT] | --tcp NODEPORT[:GUESTPORT])",
 		Short: "Route outside traffic to a guest through its node's proxy",
 		Example: `  corpus guest expose web --proxy --domain web.example.test --port 80
   corpus guest expose web --domain www.example.com --port 80 --https --redirect --hsts
+  corpus guest expose app --domain app.example.test    # the port its OCI image exposes
   corpus guest expose db --tcp 5432`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -58,13 +59,13 @@ func newGuestExposeCmd(g *Globals) *cobra.Command {
 				}
 				req.Kind, req.ListenPort, req.GuestPort = string(corpusv1.RouteTCP), p.HostPort, p.GuestPort
 			case domain != "":
-				if port == 0 {
-					return fmt.Errorf("--port: say which guest port serves %s", domain)
+				if port < 0 {
+					return fmt.Errorf("--port %d is not a port", port)
 				}
 				req.Kind, req.Domain, req.GuestPort = string(corpusv1.RouteHTTP), domain, int32(port)
 				req.Https, req.RedirectHttps, req.Hsts = tlsFlags.https, tlsFlags.redirect, tlsFlags.hsts
 			default:
-				return fmt.Errorf("give --proxy --domain DOMAIN --port PORT, or --tcp PORT")
+				return fmt.Errorf("give --proxy --domain DOMAIN [--port PORT], or --tcp PORT")
 			}
 			if !viaProxy {
 				return fmt.Errorf("routes always go through the node's proxy; to publish a port by NAT use `corpus guest create --port NODEPORT:GUESTPORT`")
@@ -85,7 +86,7 @@ func newGuestExposeCmd(g *Globals) *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&viaProxy, "proxy", true, "route through the node's proxy (http by --domain)")
 	f.StringVar(&domain, "domain", "", "HTTP host name to route")
-	f.IntVar(&port, "port", 0, "guest port serving the domain")
+	f.IntVar(&port, "port", 0, "guest port serving the domain (default: the one tcp port the guest's OCI image exposes)")
 	f.StringVar(&tcp, "tcp", "", "node port to route raw TCP from, NODEPORT[:GUESTPORT]")
 	tlsFlags.add(f)
 	return cmd

@@ -4,14 +4,17 @@ package routes
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
 	"corpus/coordinator/api"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
+	"corpus/internal/imageref"
 	"corpus/internal/names"
 	"corpus/internal/secret"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -44,8 +47,10 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	default:
 		return nil, api.ToConnect(api.Invalidf("route kind %q: use http or tcp", m.Kind))
 	}
-	if err := api.ValidPort("guest port", m.GuestPort); err != nil {
-		return nil, api.ToConnect(err)
+	if m.GuestPort != 0 || corpusv1.RouteKind(m.Kind) != corpusv1.RouteHTTP {
+		if err := api.ValidPort("guest port", m.GuestPort); err != nil {
+			return nil, api.ToConnect(err)
+		}
 	}
 	if err := validTLS(corpusv1.RouteKind(m.Kind), m.Https, m.RedirectHttps, m.Hsts); err != nil {
 		return nil, api.ToConnect(err)
@@ -57,6 +62,13 @@ func (s *ingressService) CreateRoute(ctx context.Context, req *connect.Request[c
 	g := view.GuestByName(m.GuestName)
 	if g == nil {
 		return nil, api.ToConnect(api.NotFound("guest", m.GuestName, "corpus guest list"))
+	}
+	if m.GuestPort == 0 {
+		p, err := imagePort(g)
+		if err != nil {
+			return nil, api.ToConnect(err)
+		}
+		m.GuestPort = p
 	}
 	// The same route again is a success that changes nothing.
 	for _, r := range view.RoutesOfGuest(g.Id) {
@@ -191,4 +203,21 @@ func (s *ingressService) MoveRoute(ctx context.Context, req *connect.Request[cor
 		return nil, err
 	}
 	return connect.NewResponse(&corpusv1.MoveRouteResponse{Route: s.b.Store.Read().Route(r.Id)}), nil
+}
+
+// imagePort is the guest port of an http route asked for without one:
+// the one tcp port the guest's image exposes (as Dokku maps an image's
+// exposed port, and as docker run -P publishes it).
+func imagePort(g *corpusv1.Guest) (int32, error) {
+	ports := g.GetObserved().ImageTCPPorts()
+	switch {
+	case len(ports) == 1:
+		return ports[0], nil
+	case len(ports) > 1:
+		return 0, api.Invalidf("guest %s's image exposes %s: say which port serves the domain (--port)", g.Name, strings.Join(g.GetObserved().GetImagePorts(), ", "))
+	case imageref.IsReference(g.GetSpec().GetImage()) && g.GetObserved().GetState() != state.ObservedRunning:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("guest %s has not started from its image yet, so its exposed ports are not known: give --port, or try again once it runs", g.Name))
+	default:
+		return 0, api.Invalidf("guest %s offers no port to default to (its image exposes no tcp port, it runs no OCI image, or its driver reads none): say which port serves the domain (--port)", g.Name)
+	}
 }

@@ -646,7 +646,10 @@ type CreateRouteRequest struct {
 	Domain     string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
 	ListenPort int32  `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
 	GuestName  string `protobuf:"bytes,4,opt,name=guest_name,json=guestName,proto3" json:"guest_name,omitempty"`
-	GuestPort  int32  `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	// guest_port 0 on an http route is the one tcp port the guest's OCI
+	// image exposes (GuestObserved.image_ports); an image exposing none or
+	// several is refused, naming them.
+	GuestPort int32 `protobuf:"varint,5,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
 	// https, redirect_https and hsts: see Route.
 	Https         bool `protobuf:"varint,6,opt,name=https,proto3" json:"https,omitempty"`
 	RedirectHttps bool `protobuf:"varint,7,opt,name=redirect_https,json=redirectHttps,proto3" json:"redirect_https,omitempty"`

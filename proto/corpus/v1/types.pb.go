@@ -1063,7 +1063,13 @@ type GuestObserved struct {
 	StagedPort    int32  `protobuf:"varint,8,opt,name=staged_port,json=stagedPort,proto3" json:"staged_port,omitempty"`
 	// image_digest is the digest ("sha256:...") an OCI image reference
 	// resolved to when the guest was created from it.
-	ImageDigest   string `protobuf:"bytes,9,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	ImageDigest string `protobuf:"bytes,9,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// image_ports are the ports the guest's OCI image says its process
+	// listens on ("8080/tcp", "53/udp"), sorted: an http route to the
+	// guest made without a guest port takes its one tcp port. Reported
+	// with the state the guest reaches from its image (they never change
+	// for a guest).
+	ImagePorts    []string `protobuf:"bytes,10,rep,name=image_ports,json=imagePorts,proto3" json:"image_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1159,6 +1165,13 @@ func (x *GuestObserved) GetImageDigest() string {
 		return x.ImageDigest
 	}
 	return ""
+}
+
+func (x *GuestObserved) GetImagePorts() []string {
+	if x != nil {
+		return x.ImagePorts
+	}
+	return nil
 }
 
 // Event is one line in a guest's history.
@@ -4098,7 +4111,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\thost_port\x18\x01 \x01(\x05R\bhostPort\x12\x1d\n" +
 	"\n" +
 	"guest_port\x18\x02 \x01(\x05R\tguestPort\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xb6\x02\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xd7\x02\n" +
 	"\rGuestObserved\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
@@ -4110,7 +4123,10 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x0estaged_release\x18\a \x01(\rR\rstagedRelease\x12\x1f\n" +
 	"\vstaged_port\x18\b \x01(\x05R\n" +
 	"stagedPort\x12!\n" +
-	"\fimage_digest\x18\t \x01(\tR\vimageDigest\"e\n" +
+	"\fimage_digest\x18\t \x01(\tR\vimageDigest\x12\x1f\n" +
+	"\vimage_ports\x18\n" +
+	" \x03(\tR\n" +
+	"imagePorts\"e\n" +
 	"\x05Event\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +

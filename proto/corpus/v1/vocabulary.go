@@ -82,6 +82,19 @@ func SameObserved(a, b *GuestObserved) bool {
 		a.GetStagedRelease() == b.GetStagedRelease() && a.GetStagedPort() == b.GetStagedPort()
 }
 
+// ImageTCPPorts are the tcp ports of x.image_ports ("8080/tcp"), in
+// their order.
+func (x *GuestObserved) ImageTCPPorts() []int32 {
+	var out []int32
+	for _, p := range x.GetImagePorts() {
+		num, proto, _ := strings.Cut(p, "/")
+		if n, err := strconv.ParseInt(num, 10, 32); err == nil && proto == "tcp" && n > 0 && n <= 65535 {
+			out = append(out, int32(n))
+		}
+	}
+	return out
+}
+
 // RouteKind is how a route picks the traffic it carries (Route.kind,
 // CreateRouteRequest.kind): by HTTP host name, or by node port.
 type RouteKind string
