@@ -22,6 +22,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/drivers/lxc/forkstart"
 	"corpus/internal/testrun"
 )
 
@@ -600,7 +601,7 @@ func TestStartLeavesCaller(t *testing.T) {
 		t.Errorf("init environment %q lacks GUEST_VAR=1 or container=lxc", env)
 	}
 	for _, kv := range env {
-		if strings.HasPrefix(kv, startHelperEnv) || strings.HasPrefix(kv, "GOPATH=") {
+		if strings.HasPrefix(kv, forkstart.Env) || strings.HasPrefix(kv, "GOPATH=") {
 			t.Errorf("init environment %q leaks %s", env, kv)
 		}
 	}

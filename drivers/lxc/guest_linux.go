@@ -19,6 +19,7 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
+	"corpus/drivers/lxc/forkstart"
 	"corpus/internal/atomicfile"
 	"corpus/internal/names"
 )
@@ -425,7 +426,7 @@ func (d *Driver) shiftMounts(m metadata) error {
 }
 
 // Start starts a created guest as a daemon: a monitor process, started
-// through a short-lived helper (see startDaemon), outlives the caller.
+// through a short-lived helper (package forkstart), outlives the caller.
 // Starting a running guest is a no-op.
 func (d *Driver) Start(ctx context.Context, name string) error {
 	if err := d.start(ctx, name); err != nil {
@@ -474,7 +475,7 @@ func (d *Driver) start(ctx context.Context, name string) error {
 	if err := os.Truncate(logFile, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := startDaemon(d.path, name, m.Command); err != nil {
+	if err := forkstart.Start(d.path, name, m.Command); err != nil {
 		return fmt.Errorf("%w%s", err, logTail(logFile))
 	}
 	d.log.Info("started guest", "guest", name, "pid", c.InitPid())
