@@ -130,16 +130,18 @@ demo-stop: ## stop the cluster started by make demo (guests keep running)
 demo-clean: ## stop it and remove its guests, network and state
 	./scripts/demo clean
 
-bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade, control-plane snapshot and restore; the table, and its changes since the last one
+bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind9, volumes, OCI pull and unpack vs skopeo and umoci, push-to-serving, placement, VM start, kubernetes, services, scaling, replicated writes vs etcd, rolling upgrade, control-plane snapshot and restore; the table, and its changes since the last one
 	./scripts/setup --bench
 	@# One run at one commit: no row of an earlier run stays.
 	cp test/bench/results/summary.md test/bench/results/previous.md
 	rm -rf test/bench/results/rows
 	./test/bench/run
 	./test/bench/nat/run
-	./test/bench/proxy/run
-	./test/bench/dns/run
+	@# Throughput against a peer: medians of rounds that alternate the two.
+	ROUNDS=5 ./test/bench/proxy/run
+	ROUNDS=5 ./test/bench/dns/run
 	./test/bench/volume/run
+	./test/bench/oci/run
 	./test/bench/deploy/run
 	./test/bench/k8s/run
 	./test/bench/placement/run
@@ -147,7 +149,7 @@ bench: ## guest start vs raw LXC, agent memory, NAT, proxy vs nginx, DNS vs bind
 	./test/bench/shell/run
 	./test/bench/services/run
 	./test/bench/scale/run
-	./test/bench/raft/run
+	ROUNDS=3 ./test/bench/raft/run
 	./test/bench/upgrade/run
 	./test/bench/snapshot/run
 	./test/bench/summary
