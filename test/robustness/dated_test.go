@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,5 +30,25 @@ func TestDatedInOrder(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "guest d (index 9)") || !strings.Contains(err.Error(), "before guest c (index 7") {
 		t.Errorf("a later entry dated before an earlier one = %v, want the time going back, d before c", err)
+	}
+}
+
+func TestSqueeze(t *testing.T) {
+	in := []string{
+		`time=1 level=INFO msg="raft leadership changed" leader=true`,
+		`time=2 level=WARN msg="failed to get previous log" previous-index=9`,
+		`time=3 level=WARN msg="failed to get previous log" previous-index=8`,
+		`time=4 level=WARN msg="failed to get previous log" previous-index=7`,
+		`time=5 level=WARN msg="failed to get previous log" previous-index=6`,
+		`time=6 level=INFO msg=ok a=1`,
+		`time=7 level=INFO msg=ok a=2`,
+		`--- start ---`,
+	}
+	want := []string{
+		in[0], in[1], `        ... 2 more lines with msg="failed to get previous log" ...`, in[4],
+		in[5], in[6], in[7],
+	}
+	if got := squeeze(in); !slices.Equal(got, want) {
+		t.Errorf("squeeze =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -289,24 +289,59 @@ func (g *group) logCount(s string) int {
 	return n
 }
 
-// dumpLogs prints, of every replica's log, the lines on leadership and
-// node liveness, and the tail.
+// dumpLogs prints, of every replica's log, the lines on starts,
+// leadership, snapshots and node liveness, and the tail, runs of lines
+// with the same message (a leader walking back a follower's log, one
+// line an entry) cut to their first and last.
 func (g *group) dumpLogs() {
 	for _, r := range g.reps {
 		b, _ := os.ReadFile(r.log.Name())
+		lines := strings.Split(string(b), "\n")
 		var marks []string
-		for _, line := range strings.Split(string(b), "\n") {
-			for _, m := range []string{"leadership changed", "node marked down", "marking node down", "went unchecked", "entering leader state"} {
+		for _, line := range lines {
+			for _, m := range []string{"--- start", "leadership changed", "node marked down", "marking node down", "went unchecked", "entering leader state", "snapshot"} {
 				if strings.Contains(line, m) {
 					marks = append(marks, line)
 					break
 				}
 			}
 		}
-		g.t.Logf("--- %s (%s), its leadership and liveness lines ---\n%s", r.id, r.log.Name(), strings.Join(marks, "\n"))
-		if len(b) > 6000 {
-			b = b[len(b)-6000:]
+		g.t.Logf("--- %s (%s), its starts, leadership, snapshot and liveness lines ---\n%s", r.id, r.log.Name(), strings.Join(marks, "\n"))
+		tail := strings.Join(squeeze(lines), "\n")
+		if len(tail) > 6000 {
+			tail = tail[len(tail)-6000:]
 		}
-		g.t.Logf("--- %s, its log's end ---\n%s", r.id, b)
+		g.t.Logf("--- %s, its log's end ---\n%s", r.id, tail)
 	}
+}
+
+// squeeze cuts each run of three or more lines with the same msg= to
+// its first and last, with a count between.
+func squeeze(lines []string) []string {
+	msg := func(l string) string {
+		_, m, ok := strings.Cut(l, " msg=")
+		if !ok {
+			return ""
+		}
+		if strings.HasPrefix(m, `"`) {
+			if end := strings.Index(m[1:], `"`); end >= 0 {
+				return m[:end+2]
+			}
+		}
+		m, _, _ = strings.Cut(m, " ")
+		return m
+	}
+	var out []string
+	for i := 0; i < len(lines); {
+		j := i + 1
+		for m := msg(lines[i]); m != "" && j < len(lines) && msg(lines[j]) == m; j++ {
+		}
+		if j-i >= 3 {
+			out = append(out, lines[i], fmt.Sprintf("        ... %d more lines with msg=%s ...", j-i-2, msg(lines[i])), lines[j-1])
+		} else {
+			out = append(out, lines[i:j]...)
+		}
+		i = j
+	}
+	return out
 }
