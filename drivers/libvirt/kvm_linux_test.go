@@ -73,12 +73,19 @@ func TestNestedHostCPU(t *testing.T) {
 // its loop to the end (the probe checks the registers it leaves); cut
 // short, it reports too slow. It says what this host's KVM is worth.
 func TestKVMSpeedProbe(t *testing.T) {
-	if _, err := kvmSpeed("/dev/kvm", testrun.D(time.Minute)); errors.Is(err, errNotProbed) {
+	// Given long enough the probe runs to its end. /dev/kvm here is a
+	// nested hypervisor's, emulated: the loop took 18 s beside the other
+	// test groups, and beside a CPU hog more than the minute this once
+	// allowed (78 s scaled).
+	limit := testrun.D(3 * time.Minute)
+	if full, err := kvmSpeed("/dev/kvm", limit); errors.Is(err, errNotProbed) {
 		t.Skip(err)
 	} else if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 		t.Skipf("no usable /dev/kvm here: %v", err)
 	} else if err != nil {
-		t.Fatalf("probe given %s: %v", testrun.D(time.Minute), err)
+		t.Fatalf("probe given %s: %v", limit, err)
+	} else {
+		t.Logf("the probe ran to its end in %s", full)
 	}
 	if _, err := kvmSpeed("/dev/kvm", time.Nanosecond); !errors.Is(err, errTooSlow) {
 		t.Errorf("probe given a nanosecond: %v, want too slow", err)
