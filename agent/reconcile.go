@@ -127,6 +127,12 @@ func (a *Agent) reconcileNetwork(ctx context.Context) {
 	for _, g := range a.desired {
 		guests = append(guests, g)
 		byID[g.Id] = g
+		if a.observed[g.Id].GetState() == corpusv1.ObservedStarting {
+			if policy.Starting == nil {
+				policy.Starting = map[string]bool{}
+			}
+			policy.Starting[g.Id] = true
+		}
 	}
 	a.mu.Unlock()
 	if !known || node == nil {

@@ -353,8 +353,12 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			errs = append(errs, err)
 		}
 		// A bridge recreated by hand lost its ports: put the running
-		// guests' interfaces back on it.
+		// guests' interfaces back on it (not those of guests being
+		// started: see Policy.Starting).
 		for _, g := range guests {
+			if policy.Starting[g.Id] {
+				continue
+			}
 			_, err := n.host.EnsurePort(ctx, n.bridge, hostInterface(g.Id))
 			if err != nil && !errors.Is(err, netns.ErrNoLink) { // no link: the guest is not running
 				errs = append(errs, fmt.Errorf("attaching guest %s: %w", g.Name, err))
@@ -431,6 +435,12 @@ type Policy struct {
 	// Peers are the other nodes' guest subnets: routed to their nodes,
 	// not masqueraded, and let in only as Reach says.
 	Peers []*corpusv1.PeerNode
+	// Starting are the guests (by id) this node's agent is starting: their
+	// driver makes their interface and attaches it to the bridge itself,
+	// and one attached meanwhile by the reconcile fails that start
+	// (liblxc's attach is refused with EBUSY: "Failed to create the
+	// network").
+	Starting map[string]bool
 }
 
 // peerRoutes are the routes to the other nodes' guest subnets (own
