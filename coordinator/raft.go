@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/groupcommit"
 	"corpus/coordinator/state"
 	"corpus/internal/clock"
@@ -208,7 +209,7 @@ func (r *replica) propose(ctx context.Context, cmd *corpusv1.Command) (uint64, e
 	// No entry some replica of the group could not apply: the cluster
 	// version only rises, so one allowed now stays allowed when it
 	// applies.
-	if err := state.Gate(r.store.Read().ClusterVersion(), cmd); err != nil {
+	if err := compat.Gate(r.store.Read().ClusterVersion(), cmd); err != nil {
 		return 0, err
 	}
 	data, err := state.Encode(cmd, r.clock.Now())

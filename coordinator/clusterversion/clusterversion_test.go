@@ -35,7 +35,7 @@ func newGroup() *group {
 func (g *group) commit(_ context.Context, cmd *corpusv1.Command) (uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.kinds = append(g.kinds, state.Kind(cmd))
+	g.kinds = append(g.kinds, compat.Kind(cmd))
 	data, err := state.Encode(cmd, time.Unix(1_800_000_000, 0))
 	if err != nil {
 		return 0, err

@@ -34,6 +34,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // Version is a release's major and minor number: what the cluster
@@ -205,4 +207,27 @@ func EntryFeature(kind string) (Feature, bool) {
 // Current) is older than its group's cluster version: it must not run.
 func TooOld(cluster Version) string {
 	return fmt.Sprintf("this group's cluster version is %s; this binary is %s: a downgrade after the group moved on is not possible; run %s or later", cluster, Current, cluster)
+}
+
+var cmdOneof = (&corpusv1.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
+
+// Kind is the name of cmd's entry kind, its field in Command's oneof
+// ("create_guest"); "" when it has none this binary knows.
+func Kind(cmd *corpusv1.Command) string {
+	fd := cmd.ProtoReflect().WhichOneof(cmdOneof)
+	if fd == nil {
+		return ""
+	}
+	return string(fd.Name())
+}
+
+// Gate is nil when a group at cluster version cluster may propose cmd,
+// and otherwise an error wrapping ErrNeedsUpgrade. An ignorable command
+// always may: a replica that does not know it skips it.
+func Gate(cluster Version, cmd *corpusv1.Command) error {
+	f, ok := EntryFeature(Kind(cmd))
+	if !ok || cmd.Ignorable {
+		return nil
+	}
+	return Check(cluster, f)
 }

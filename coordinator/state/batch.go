@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"corpus/coordinator/compat"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -32,7 +33,7 @@ func BatchCommand(cmds []*corpusv1.Command) *corpusv1.Command {
 // as any replica that knows the kind refuses it.
 func (f *FSM) applyBatch(index uint64, cmd *corpusv1.Command, b *corpusv1.Batch) []*Result {
 	out := make([]*Result, len(b.Commands))
-	refused := Gate(f.store.Read().ClusterVersion(), cmd)
+	refused := compat.Gate(f.store.Read().ClusterVersion(), cmd)
 	changed := false
 	for i, c := range b.Commands {
 		pos := uint32(i)

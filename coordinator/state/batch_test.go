@@ -144,7 +144,7 @@ func TestApplyBatchBelowItsVersion(t *testing.T) {
 	if after := r.dump(); !proto.Equal(after, before) {
 		t.Errorf("state after a batch below its version = %v, want it unchanged: %v", after, before)
 	}
-	if err := state.Gate(compat.Version{Major: 0, Minor: 1}, state.BatchCommand(nil)); !errors.Is(err, compat.ErrNeedsUpgrade) {
+	if err := compat.Gate(compat.Version{Major: 0, Minor: 1}, state.BatchCommand(nil)); !errors.Is(err, compat.ErrNeedsUpgrade) {
 		t.Errorf("Gate(v0.1, batch) = %v, want ErrNeedsUpgrade", err)
 	}
 }

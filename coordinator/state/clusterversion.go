@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hashicorp/go-memdb"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -18,32 +17,9 @@ import (
 // the gate on entry kinds and derived state, and the refusals of what
 // this binary cannot apply (package compat explains the scheme).
 
-var cmdOneof = (&corpusv1.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
-
-// Kind is the name of cmd's entry kind, its field in Command's oneof
-// ("create_guest"); "" when it has none this binary knows.
-func Kind(cmd *corpusv1.Command) string {
-	fd := cmd.ProtoReflect().WhichOneof(cmdOneof)
-	if fd == nil {
-		return ""
-	}
-	return string(fd.Name())
-}
-
-// Gate is nil when a group at cluster version cluster may propose cmd,
-// and otherwise an error wrapping compat.ErrNeedsUpgrade. An ignorable
-// command always may: a replica that does not know it skips it.
-func Gate(cluster compat.Version, cmd *corpusv1.Command) error {
-	f, ok := compat.EntryFeature(Kind(cmd))
-	if !ok || cmd.Ignorable {
-		return nil
-	}
-	return compat.Check(cluster, f)
-}
-
 // needs is the release that introduced cmd's kind ("" for the first).
 func needs(cmd *corpusv1.Command) string {
-	if f, ok := compat.EntryFeature(Kind(cmd)); ok && !compat.Since(f).IsZero() {
+	if f, ok := compat.EntryFeature(compat.Kind(cmd)); ok && !compat.Since(f).IsZero() {
 		return compat.Since(f).String()
 	}
 	return ""
@@ -77,10 +53,10 @@ func (a *applier) allows(f compat.Feature) bool {
 // version does not allow yet: the leader's gate should have kept it out
 // of the log, and replicas that know the kind all refuse it alike.
 func (a *applier) gated(cmd *corpusv1.Command) error {
-	if _, ok := compat.EntryFeature(Kind(cmd)); !ok {
+	if _, ok := compat.EntryFeature(compat.Kind(cmd)); !ok {
 		return nil // a kind of the first release: no state to read
 	}
-	if err := Gate(a.view().ClusterVersion(), cmd); err != nil {
+	if err := compat.Gate(a.view().ClusterVersion(), cmd); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadTransition, err)
 	}
 	return nil
@@ -131,17 +107,6 @@ func checkSnapshot(snap *corpusv1.Snapshot) (compat.Version, error) {
 // Refused is why the last Restore refused its snapshot (nil when it did
 // not): Raft, failing to start on it, says only that no snapshot loaded.
 func (f *FSM) Refused() error { return f.refused }
-
-// restoreClusterVersion puts a snapshot's cluster version in txn.
-func restoreClusterVersion(txn *memdb.Txn, cv compat.Version) error {
-	if cv.IsZero() {
-		return nil
-	}
-	if err := txn.Insert(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaClusterVersion, Value: cv}); err != nil {
-		return fmt.Errorf("restoring the cluster version: %w", err)
-	}
-	return nil
-}
 
 // CheckLog refuses to start a replica whose Raft log raises the cluster
 // version past this binary: it would stop at that entry anyway, after

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -626,60 +625,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		f.refused = err
 		return err
 	}
-	db, err := statedb.NewDB()
+	db, err := statedb.Load(&snap, cv)
 	if err != nil {
-		return fmt.Errorf("new state: %w", err)
-	}
-	txn := db.Txn(true)
-	defer txn.Abort()
-	ins := func(table string, obj any) error {
-		if err := txn.Insert(table, obj); err != nil {
-			return fmt.Errorf("restoring %s: %w", table, err)
-		}
-		return nil
-	}
-	if snap.Config != nil {
-		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaConfig, Value: snap.Config}); err != nil {
-			return err
-		}
-	}
-	if snap.Keyring != nil {
-		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaKeyring, Value: snap.Keyring}); err != nil {
-			return err
-		}
-	}
-	if err := restoreClusterVersion(txn, cv); err != nil {
 		return err
 	}
-	if snap.Acme != nil {
-		if err := ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaAcme, Value: snap.Acme}); err != nil {
-			return err
-		}
-	}
-	// The tables of rows, as many as the snapshot has.
-	if err := errors.Join(
-		statedb.InsertAll(txn, statedb.TableCertificates, snap.Certificates),
-		statedb.InsertAll(txn, statedb.TableExtensions, snap.Extensions),
-		statedb.InsertAll(txn, statedb.TableRegistryLogins, snap.RegistryLogins),
-		ins(statedb.TableMeta, &statedb.Meta{Key: statedb.MetaIndex, Value: snap.Index}),
-		statedb.InsertAll(txn, statedb.TableNodes, snap.Nodes),
-		statedb.InsertAll(txn, statedb.TableGuests, snap.Guests),
-		statedb.InsertAll(txn, statedb.TableTokens, snap.JoinTokens),
-		statedb.InsertAll(txn, statedb.TableRoutes, snap.Routes),
-		statedb.InsertAll(txn, statedb.TableDNS, snap.DnsRecords),
-		statedb.InsertAll(txn, statedb.TableVolumes, snap.Volumes),
-		statedb.InsertAll(txn, statedb.TableUsers, snap.Users),
-		statedb.InsertAll(txn, statedb.TableProjects, snap.Projects),
-		statedb.InsertAll(txn, statedb.TableReleases, snap.Releases),
-		statedb.InsertAll(txn, statedb.TableCoordinators, snap.Coordinators),
-		statedb.InsertAll(txn, statedb.TableAudit, snap.Audit),
-		statedb.InsertAll(txn, statedb.TableUserTokens, snap.UserTokens),
-		statedb.InsertAll(txn, statedb.TableServices, snap.Services),
-		statedb.InsertAll(txn, statedb.TableBackups, snap.Backups),
-	); err != nil {
-		return err
-	}
-	txn.Commit()
 	f.store.Replace(db)
 	f.store.SetApplied(max(snap.AppliedIndex, snap.Index))
 	f.store.SetClusterTime(snap.AppliedTime)

@@ -9,6 +9,7 @@ import (
 	"corpus/coordinator/compat"
 	"corpus/coordinator/fit"
 	"corpus/coordinator/idrange"
+	"corpus/coordinator/ipam"
 	"corpus/coordinator/state/statedb"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -155,7 +156,7 @@ func (a *applier) assign(g *corpusv1.Guest, n *corpusv1.Node, v *Snap) error {
 	drv := fit.DriverOn(n, g.GetSpec().GetDriver())
 	addr := ""
 	if !drv.GetOwnNetwork() {
-		a, err := nextGuestAddress(n.GuestSubnet, v.AddressesOn(n.Id))
+		a, err := ipamErr(ipam.NextAddress(n.GuestSubnet, v.AddressesOn(n.Id)))
 		if err != nil {
 			return fmt.Errorf("placing guest %s on node %s: %w", g.Name, n.Name, err)
 		}
