@@ -4,7 +4,6 @@ import (
 	"context"
 	"corpus/agent/certs"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -242,7 +241,8 @@ type Agent struct {
 	listener net.Listener
 	http     *http.Server
 	keys     *pki.Keys        // the node's certificate, renewed in place
-	pool     *x509.CertPool   // the cluster CA
+	trust    *pki.Trust       // the cluster CAs trusted
+	renewNow chan struct{}    // asks renewLoop for a renewal now
 	net      *network.Network // nil when networking is off
 	routeSet *network.Routes  // publishes routes through drivers, finds the proxy's targets
 	vols     *volumes.Manager
@@ -376,6 +376,7 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 		kick:       make(chan struct{}, 1),
 		report:     make(chan struct{}, 1),
 		gossipKick: make(chan struct{}, 1),
+		renewNow:   make(chan struct{}, 1),
 		metrics:    newAgentMetrics(cfg.Metrics),
 	}
 	if a.keychain == nil {
@@ -494,14 +495,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.enroll(ctx); err != nil {
 		return err
 	}
-	keys, pool, err := a.tlsKeys()
+	keys, trust, err := a.tlsKeys()
 	if err != nil {
 		return err
 	}
-	a.keys, a.pool = keys, pool
-	if ca, err := pki.ParseCert(a.id.CAPEM); err == nil {
-		a.tlsCerts.Store(&nodeCerts{keys: keys, ca: ca})
-	}
+	a.keys, a.trust = keys, trust
+	a.tlsCerts.Store(&nodeCerts{keys: keys, ca: pki.IssuerOf(keys.Get().Leaf, trust.Certs())})
 	a.coords = newCoordinators(coordinatorList(a.cfg.Coordinators, a.id.Coordinator), a.coordinatorHTTP())
 	a.keychain.Use(a.registryCredentials)
 	if err := a.guests.RecoverJournal(ctx); err != nil {
@@ -519,7 +518,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	mountAPI(mux, a)
 	// Only coordinators of this cluster, with their certificates, call
 	// the agent's API.
-	sc := pki.ServerConfig(pool, keys, true)
+	sc := pki.TrustServerConfig(trust, keys, true)
 	sc.VerifyConnection = func(cs tls.ConnectionState) error {
 		if id, ok := pki.PeerIdentity(&cs); !ok || id.Role != pki.RoleCoordinator {
 			return errors.New("only coordinators may call the agent")

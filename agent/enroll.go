@@ -2,10 +2,11 @@ package agent
 
 import (
 	"context"
-	"crypto/x509"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,17 +103,18 @@ func (a *Agent) enroll(ctx context.Context) error {
 	}
 }
 
-// checkIssued checks what enrollment returned: a CA with the pinned
-// fingerprint, and a certificate from it for this node's key and id.
+// checkIssued checks what enrollment or a renewal returned: trusted CAs
+// among which the one with the pinned fingerprint (when pin is given),
+// and a certificate from one of them for this node's key and id.
 func checkIssued(id cache.Identity, pin string) error {
-	ca, err := pki.ParseCert(id.CAPEM)
+	cas, err := pki.ParseCerts(id.CAPEM)
 	if err != nil {
 		return fmt.Errorf("cluster CA: %w", err)
 	}
-	if pki.Pin(ca) != pin {
+	if pin != "" && !slices.Contains(pki.Pins(cas), pin) {
 		return errors.New("the coordinator answered with a CA other than the join token's")
 	}
-	kp, err := pki.KeyPair(id.CertPEM, id.KeyPEM, id.CAPEM)
+	kp, err := keyPair(id)
 	if err != nil {
 		return fmt.Errorf("node certificate: %w", err)
 	}
@@ -123,47 +125,88 @@ func checkIssued(id cache.Identity, pin string) error {
 	return nil
 }
 
-// tlsKeys loads the node's certificate for mutual TLS.
-func (a *Agent) tlsKeys() (*pki.Keys, *x509.CertPool, error) {
-	kp, err := pki.KeyPair(a.id.CertPEM, a.id.KeyPEM, a.id.CAPEM)
+// keyPair is the node's certificate for mutual TLS, presented with the
+// CA that issued it, which must be one of those trusted.
+func keyPair(id cache.Identity) (*tls.Certificate, error) {
+	cas, err := pki.ParseCerts(id.CAPEM)
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	return pki.TrustedKeyPair(id.CertPEM, id.KeyPEM, cas)
+}
+
+// tlsKeys loads the node's certificate for mutual TLS and the CAs it
+// trusts.
+func (a *Agent) tlsKeys() (*pki.Keys, *pki.Trust, error) {
+	kp, err := keyPair(a.id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("node certificate: %w", err)
 	}
-	ca, err := pki.ParseCert(a.id.CAPEM)
+	cas, err := pki.ParseCerts(a.id.CAPEM)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cluster CA: %w", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pki.NewKeys(kp), pool, nil
+	return pki.NewKeys(kp), pki.NewTrust(cas...), nil
 }
 
 // coordinatorHTTP is a client of the coordinators presenting the node's
 // certificate and trusting only the cluster CA.
 func (a *Agent) coordinatorHTTP() *http.Client {
-	return rpc.HTTPClient(pki.ClientConfig(a.pool, a.keys, pki.RoleCoordinator, ""))
+	return rpc.HTTPClient(pki.TrustClientConfig(a.trust, a.keys, pki.RoleCoordinator, ""))
 }
 
-// renewLoop renews the node's certificate after two thirds of its life:
-// a new key, a request signed with the current certificate, the new one
-// stored, then used for new connections. Open ones (the watch stream)
-// carry on: the coordinator accepts the replaced certificate until it
-// expires.
+// renewLoop renews the node's certificate after two thirds of its life,
+// or at once when the cluster's CA changed (see checkTrust): a new key,
+// a request signed with the current certificate, the new one stored,
+// then used for new connections. Open ones (the watch stream) carry on:
+// the coordinator accepts the replaced certificate until it expires.
 func (a *Agent) renewLoop(ctx context.Context) {
 	for {
 		life := pki.Lifetime(a.keys.Get().Leaf)
 		wait := min(max(life/20, time.Second), time.Minute)
+		now := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-a.renewNow:
+			now = true
 		}
-		if !a.keys.RenewDue(clock.System.Now()) {
+		if !now && !a.keys.RenewDue(clock.System.Now()) {
 			continue
 		}
 		if err := a.renewCert(ctx); err != nil {
 			a.logger.Warn("renewing the node certificate", "error", err, "expires", a.keys.NotAfter())
+			if now {
+				// Asked again by the next desired state; not at once.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(2 * time.Second):
+				}
+			}
 		}
+	}
+}
+
+// checkTrust asks for a renewal when the cluster's CAs (a rotation of
+// the cluster CA in progress) are not what the node holds: other CAs
+// trusted, or another CA signing.
+func (a *Agent) checkTrust(t *corpusv1.ClusterTrust) {
+	if t == nil || a.trust == nil {
+		return
+	}
+	cas, err := pki.ParseCerts(t.CaPem)
+	if err != nil {
+		return
+	}
+	issuer := pki.IssuerOf(a.keys.Get().Leaf, a.trust.Certs())
+	if slices.Equal(pki.Pins(cas), a.trust.Pins()) && issuer != nil && pki.Pin(issuer) == t.SignerPin {
+		return
+	}
+	select {
+	case a.renewNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -179,15 +222,21 @@ func (a *Agent) renewCert(ctx context.Context) error {
 		return err
 	}
 	id := a.id
-	id.KeyPEM, id.CertPEM = keyPEM, res.Msg.CertificatePem
-	ca, err := pki.ParseCert(id.CAPEM)
+	id.KeyPEM, id.CertPEM, id.CAPEM = keyPEM, res.Msg.CertificatePem, a.trust.PEM()
+	// The CAs to trust come with the certificate, over the mutual TLS
+	// of the CAs trusted so far (a rotation of the cluster CA adds one,
+	// then retires the old one).
+	if len(res.Msg.CaPem) > 0 {
+		id.CAPEM = res.Msg.CaPem
+	}
+	if err := checkIssued(id, ""); err != nil {
+		return err
+	}
+	kp, err := keyPair(id)
 	if err != nil {
 		return err
 	}
-	if err := checkIssued(id, pki.Pin(ca)); err != nil {
-		return err
-	}
-	kp, err := pki.KeyPair(id.CertPEM, id.KeyPEM, id.CAPEM)
+	cas, err := pki.ParseCerts(id.CAPEM)
 	if err != nil {
 		return err
 	}
@@ -195,9 +244,16 @@ func (a *Agent) renewCert(ctx context.Context) error {
 		return fmt.Errorf("storing the renewed certificate: %w", err)
 	}
 	// a.id keeps what other goroutines read (ids, names, keys), which a
-	// renewal does not change; the certificate lives in a.keys.
+	// renewal does not change; the certificate lives in a.keys, the CAs
+	// in a.trust.
+	a.trust.Set(cas)
 	a.keys.Set(kp)
+	a.tlsCerts.Store(&nodeCerts{keys: a.keys, ca: pki.IssuerOf(kp.Leaf, cas)})
 	a.coords.reset(a.coordinatorHTTP())
-	a.logger.Info("node certificate renewed", "expires", kp.Leaf.NotAfter)
+	// The watch stream goes on with the replaced certificate, until the
+	// next renewal ends it (a CA rotation renews twice in a row): a new
+	// one with this certificate now.
+	a.restartWatch()
+	a.logger.Info("node certificate renewed", "expires", kp.Leaf.NotAfter, "ca", pki.Pin(pki.IssuerOf(kp.Leaf, cas))[:16], "trusted", len(cas))
 	return nil
 }

@@ -44,6 +44,7 @@ func (a *Agent) watchLoop(ctx context.Context) {
 					a.logger.Warn("caching desired state", "error", err)
 				}
 				a.setDesired(msg)
+				a.checkTrust(msg.Trust)
 				if added := a.coords.learn(msg.Coordinators); len(added) > 0 {
 					a.logger.Info("learned coordinator addresses", "added", added)
 				}

@@ -9,7 +9,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -103,13 +102,12 @@ func Trust(e Environment) (*tls.Config, error) {
 	if e.CACert == "" {
 		return nil, fmt.Errorf("no CA to trust for the coordinator at %s: pass --ca-cert FILE (on a coordinator it is DATA_DIR/tls/ca.crt) or save it with `corpus login --ca-cert`", e.Address)
 	}
-	ca, err := pki.ParseCert([]byte(e.CACert))
+	cas, err := pki.ParseCerts([]byte(e.CACert))
 	if err != nil {
 		return nil, fmt.Errorf("the CA certificate to trust: %w", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pki.ClientConfig(pool, nil, pki.RoleCoordinator, ""), nil
+	// Several during a rotation of the cluster CA.
+	return pki.TrustClientConfig(pki.NewTrust(cas...), nil, pki.RoleCoordinator, ""), nil
 }
 
 // Clients are the API clients of one coordinator.

@@ -108,3 +108,27 @@ func SaveEnvironment(path, name string, e *Environment, use bool) error {
 	}
 	return cfg.Save(path)
 }
+
+// SaveCA makes caPEM the CAs the environment t chose trusts, in the
+// config file (a CA rotation's new one). It saves nothing when t names
+// its CA by a file (--ca-cert), or when the environment is not in the
+// file, and says which environment it saved.
+func (t Target) SaveCA(caPEM string) (string, error) {
+	if t.CAFile != "" {
+		return "", nil
+	}
+	cfg, err := LoadConfig(t.ConfigFile)
+	if err != nil {
+		return "", err
+	}
+	name := t.Env
+	if name == "" {
+		name = cfg.Current
+	}
+	e, ok := cfg.Environments[name]
+	if !ok || e.CACert == caPEM {
+		return "", nil
+	}
+	e.CACert = caPEM
+	return name, cfg.Save(t.ConfigFile)
+}

@@ -338,6 +338,15 @@ var authCalls = map[string]func(ctx context.Context, c clients) error{
 		_, err := c.agent.LintPush(ctx, connect.NewRequest(&corpusv1.LintPushRequest{Project: "nope", Env: "dev"}))
 		return err
 	},
+	corpusv1connect.ClusterServiceRotateCaProcedure: func(ctx context.Context, c clients) error {
+		// Abort: no rotation runs, so nothing changes when let in.
+		_, err := c.cluster.RotateCa(ctx, connect.NewRequest(&corpusv1.RotateCaRequest{Abort: true}))
+		return err
+	},
+	corpusv1connect.ClusterServiceCaStatusProcedure: func(ctx context.Context, c clients) error {
+		_, err := c.cluster.CaStatus(ctx, connect.NewRequest(&corpusv1.CaStatusRequest{}))
+		return err
+	},
 	corpusv1connect.ClusterServiceRotateKeyringProcedure: func(ctx context.Context, c clients) error {
 		_, err := c.cluster.RotateKeyring(ctx, connect.NewRequest(&corpusv1.RotateKeyringRequest{}))
 		return err

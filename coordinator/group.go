@@ -356,9 +356,11 @@ func (s *Server) registerLoop(ctx context.Context) {
 		v.WatchIndex()
 		self := s.Self()
 		want := &corpusv1.Coordinator{Id: self.Id, RaftAddress: self.RaftAddress, ApiAddress: self.ApiAddress, DnsAddress: s.DNSAddr(), GossipAddress: s.GossipAddr(), Version: version.Version, ServerVersion: compat.Current.String()}
+		want.CaPin, want.TrustedCaPins = s.certs.pins()
 		have := v.Coordinator(self.Id)
 		if v.Config() != nil && s.inGroup() && (have == nil || have.RaftAddress != want.RaftAddress || have.ApiAddress != want.ApiAddress ||
-			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress || have.Version != want.Version || have.ServerVersion != want.ServerVersion) {
+			have.DnsAddress != want.DnsAddress || have.GossipAddress != want.GossipAddress || have.Version != want.Version || have.ServerVersion != want.ServerVersion ||
+			have.CaPin != want.CaPin || !slices.Equal(have.TrustedCaPins, want.TrustedCaPins)) {
 			if _, err := s.propose(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_UpsertCoordinator{UpsertCoordinator: &corpusv1.UpsertCoordinator{Coordinator: want}}}); err != nil {
 				s.logger.Debug("registering this replica", "error", err)
 				select {

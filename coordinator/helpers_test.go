@@ -100,12 +100,14 @@ func (s *server) url() string { return "https://" + s.APIAddr() }
 
 // caPool trusts the coordinator's cluster CA.
 func (s *server) caPool() *x509.CertPool {
-	ca, err := pki.ParseCert(s.CACert())
+	cas, err := pki.ParseCerts(s.CACert())
 	if err != nil {
 		s.t.Fatalf("cluster CA: %v", err)
 	}
 	p := x509.NewCertPool()
-	p.AddCert(ca)
+	for _, ca := range cas {
+		p.AddCert(ca)
+	}
 	return p
 }
 

@@ -164,7 +164,7 @@ func openRing(t *testing.T, s *server, dir string) *keyring.Ring {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return keyring.New(s.Store(), ca, nil)
+	return keyring.New(s.Store(), func() []*pki.CA { return []*pki.CA{ca} }, nil)
 }
 
 // walkBytes calls f with every bytes value in m (fields, list elements

@@ -47,8 +47,12 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 		return nil, fmt.Errorf("%w: the snapshot is of cluster %s, this group is cluster %s; nothing changed (to take its objects into this cluster anyway, under this cluster's identity, give --force)",
 			snapshotfile.ErrOtherCluster, h.ClusterId, group.GetClusterId())
 	}
-	if st.Keyring != nil && !bytes.Equal(c.CaCert, s.certs.auth.CertPEM) {
-		if err := keyring.Rewrap(st.Keyring, ca, s.certs.auth); errors.Is(err, keyring.ErrWrongKEK) {
+	own, err := s.clusterCA(view)
+	if err != nil {
+		return nil, err
+	}
+	if st.Keyring != nil && !bytes.Equal(c.CaCert, own.CertPEM) {
+		if err := keyring.Rewrap(st.Keyring, ca, own); errors.Is(err, keyring.ErrWrongKEK) {
 			return nil, fmt.Errorf("%w: the snapshot's keyring does not open with its CA (%v)", snapshotfile.ErrCorrupt, err)
 		} else if err != nil {
 			return nil, err
@@ -57,6 +61,9 @@ func (s *Server) Restore(ctx context.Context, h *corpusv1.SnapshotHeader, c *cor
 	restoreID := secret.Hex(8)
 	cfg := st.Config
 	cfg.ClusterId, cfg.OpsTokenHash, cfg.AgentKey, cfg.CoordinatorKey = group.ClusterId, group.OpsTokenHash, group.AgentKey, group.CoordinatorKey
+	// This group's CA, whose key-encryption key the keyring is wrapped
+	// for now.
+	cfg.Ca = group.Ca
 	cfg.Restore = &corpusv1.Restore{Id: restoreID, SnapshotIndex: h.RaftIndex}
 	st.Coordinators = view.Coordinators()
 	if cv, _ := compat.Parse(st.ClusterVersion); cv.Less(view.ClusterVersion()) {

@@ -10,6 +10,7 @@ import (
 	"corpus/coordinator/api/projects"
 	"corpus/coordinator/autoscale"
 	"corpus/coordinator/backupschedule"
+	"corpus/coordinator/carotation"
 	"corpus/coordinator/clusterversion"
 	"corpus/coordinator/leader"
 	"corpus/coordinator/scheduler"
@@ -21,7 +22,7 @@ import (
 // leaderRunner runs the leader duties while this replica leads: once it
 // made sure the cluster is bootstrapped, the scheduler, the liveness
 // checker, the scheduled backups, the autoscaler, the certificate
-// orderer and the cluster version's raiser. (The series sampler, the
+// orderer, the cluster version's raiser and the CA rotation's mover. (The series sampler, the
 // zone, gossip and registration run on every replica: Serve starts them.)
 func (s *Server) leaderRunner() *leader.Runner {
 	return leader.New(leader.Config{
@@ -39,6 +40,7 @@ func (s *Server) leaderRunner() *leader.Runner {
 			leader.Func(s.api.CertificateLoop),
 			&snapshotschedule.Loop{Config: s.cfg.Snapshots, Take: s.Take, Clock: s.cfg.Clock, Metrics: s.snaps, Logger: s.logger},
 			&clusterversion.Loop{Store: s.store, Voters: s.voters, Propose: s.replica.propose, Logger: s.logger},
+			&carotation.Loop{Rotator: s.caRotator, TrustPeriod: s.cfg.CATrustPeriod, Logger: s.logger},
 		},
 	})
 }

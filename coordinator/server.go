@@ -24,6 +24,7 @@ import (
 	"corpus/coordinator/api/serve"
 	"corpus/coordinator/auth"
 	"corpus/coordinator/autoscale"
+	"corpus/coordinator/carotation"
 	"corpus/coordinator/extensions"
 	"corpus/coordinator/ldapauth"
 	"corpus/coordinator/scheduler"
@@ -129,6 +130,11 @@ type Config struct {
 	// uses: how often each replica writes those it served (one entry for
 	// all the tokens used meanwhile).
 	TokenUseInterval time.Duration
+	// CATrustPeriod is the least a rotation of the cluster CA stays in
+	// its trust phase, so that clients following it (the CLI's
+	// `operator ca rotate`, others polling `ca status --pem`) trust the
+	// new CA before it signs.
+	CATrustPeriod time.Duration
 
 	// RestoreFile, when set, starts a new group of this replica alone
 	// from a snapshot file (corpus operator snapshot save) opened with the
@@ -166,6 +172,7 @@ func Default() Config {
 		AutoscaleInterval: autoscale.DefaultInterval,
 		SeriesInterval:    series.DefaultInterval,
 		TokenUseInterval:  tokenuse.DefaultInterval,
+		CATrustPeriod:     carotation.DefaultTrustPeriod,
 
 		ServiceTemplates: templates.DefaultDir,
 	}
@@ -231,6 +238,9 @@ func (c Config) Validate() error {
 	if c.SeriesInterval < 100*time.Millisecond || c.SeriesInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("series interval %s: between 100ms and 10m", c.SeriesInterval))
 	}
+	if c.CATrustPeriod < 0 || c.CATrustPeriod > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("CA trust period %s: between 0 and 24h", c.CATrustPeriod))
+	}
 	if c.TokenUseInterval < 100*time.Millisecond || c.TokenUseInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("token use interval %s: between 100ms and 1h", c.TokenUseInterval))
 	}
@@ -270,11 +280,13 @@ type Server struct {
 	zone     *dns.StaticSource // the zone the DNS server answers from
 	gossip   atomic.Pointer[gossip.Member]
 	certs    *certs
-	peerHTTP *http.Client // to other replicas
-	sched    *scheduler.Metrics
-	agentsMu sync.Mutex
-	agents   map[string]agentConn // by node id
-	snaps    *snapshotschedule.Metrics
+	// caRotator moves rotations of the cluster CA on (a leader loop).
+	caRotator *carotation.Rotator
+	peerHTTP  *http.Client // to other replicas
+	sched     *scheduler.Metrics
+	agentsMu  sync.Mutex
+	agents    map[string]agentConn // by node id
+	snaps     *snapshotschedule.Metrics
 
 	// tokenUses records the last uses of the users' tokens this replica
 	// served.
@@ -375,11 +387,13 @@ func New(cfg Config) (*Server, error) {
 		Agents:           s,
 		Zones:            s,
 		Group:            s,
-		CA:               certs.auth,
+		CA:               certs,
 		CertTTL:          certs.ttl,
 		Logger:           logger,
 		Metrics:          api.NewMetrics(cfg.Metrics),
 	}
+	s.caRotator = &carotation.Rotator{Store: s.store, CA: certs, Ring: s.api.Keyring, Voters: s.voters, Propose: s.api.Write}
+	s.api.CARotations = s.caRotator
 	serve.Mount(mux, s.api)
 	dash := ui.New(ui.Config{Store: s.store, API: mux, Dial: s.selfClient(certs)})
 	dash.Mount(mux)
@@ -390,7 +404,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.snaps = snapshotschedule.NewMetrics(snapReg, cfg.Clock)
 	cfg.Metrics.MustRegister(newGuestsCollector(s.store), newServicesCollector(s.store), pki.NewExpiryCollector("coordinator", func() map[string]*x509.Certificate {
-		return map[string]*x509.Certificate{"cluster_ca": certs.auth.Cert, "replica": certs.keys.Get().Leaf}
+		return map[string]*x509.Certificate{"cluster_ca": certs.Signer().Cert, "replica": certs.keys.Get().Leaf}
 	}))
 	s.http = rpc.NewServer(auth.PeerHTTP(dash.Credentials(mux)), certs.server())
 	s.http.ErrorLog = rpc.ErrorLog(logger.With("component", "api"))
@@ -401,7 +415,7 @@ func New(cfg Config) (*Server, error) {
 // certificate: the caller's token speaks), over loopback when the API
 // listens on every address.
 func (s *Server) selfClient(c *certs) func() (*http.Client, string) {
-	client := rpc.HTTPClient(pki.ClientConfig(c.pool, nil, pki.RoleCoordinator, ""))
+	client := rpc.HTTPClient(pki.TrustClientConfig(c.trust, nil, pki.RoleCoordinator, ""))
 	return func() (*http.Client, string) {
 		addr := s.listener.Addr().(*net.TCPAddr)
 		host := addr.IP
@@ -531,6 +545,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.series.Run)
 	run(s.tokenUses.Run)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
+	run(s.caLoop)
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)
 	}
@@ -659,4 +674,4 @@ func (s *Server) agentClient(n *corpusv1.Node) corpusv1connect.NodeAgentServiceC
 }
 
 // CACert is the cluster CA certificate (PEM), what clients trust.
-func (s *Server) CACert() []byte { return s.certs.auth.CertPEM }
+func (s *Server) CACert() []byte { return s.certs.trust.PEM() }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"connectrpc.com/connect"
@@ -35,16 +33,24 @@ func (s *Server) Take(ctx context.Context) (*snapshotfile.Taken, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	// The CA as this replica keeps it (loadCerts checked it).
-	key, err := os.ReadFile(filepath.Join(s.certs.dir, caKeyFile))
+	ca, err := s.clusterCA(s.store.Read())
 	if err != nil {
-		return nil, fmt.Errorf("reading the cluster CA key: %w", err)
+		return nil, err
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
 	}
 	meta, state, err := s.replica.take(timeout)
 	if err != nil {
 		return nil, err
 	}
-	return &snapshotfile.Taken{Index: meta.Index, Term: meta.Term, State: state, CACert: s.certs.auth.CertPEM, CAKey: key}, nil
+	// A rotation started meanwhile: the keyring in state may be wrapped
+	// for either CA until it ends.
+	if now, err := s.clusterCA(s.store.Read()); err != nil || now != ca {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the cluster CA changed while the snapshot was taken; take it again"))
+	}
+	return &snapshotfile.Taken{Index: meta.Index, Term: meta.Term, State: state, CACert: ca.CertPEM, CAKey: key}, nil
 }
 
 // take snapshots the state machine as of every entry committed so far (a

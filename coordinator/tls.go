@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -22,13 +23,16 @@ import (
 	"corpus/internal/pki"
 )
 
-// Files in DataDir/tls.
+// Files in DataDir/tls. ca-next.* is the CA a rotation of the cluster
+// CA moves to, until it ends (catrust.go).
 const (
-	TLSDir      = "tls"
-	CACertFile  = "ca.crt"
-	caKeyFile   = "ca.key"
-	ownCertFile = "coordinator.crt"
-	ownKeyFile  = "coordinator.key"
+	TLSDir       = "tls"
+	CACertFile   = "ca.crt"
+	caKeyFile    = "ca.key"
+	nextCertFile = "ca-next.crt"
+	nextKeyFile  = "ca-next.key"
+	ownCertFile  = "coordinator.crt"
+	ownKeyFile   = "coordinator.key"
 )
 
 // DefaultCertTTL is the lifetime of the certificates the CA issues;
@@ -36,14 +40,20 @@ const (
 const DefaultCertTTL = 30 * 24 * time.Hour
 
 // certs are a replica's TLS material: the cluster CA and its own
-// certificate, which it renews itself.
+// certificate, which it renews itself. A rotation of the cluster CA
+// changes the CAs held, trusted and signing while the replica runs
+// (catrust.go).
 type certs struct {
-	auth *pki.CA
-	pool *x509.CertPool
-	keys *pki.Keys
-	dir  string
-	id   string
-	ttl  time.Duration
+	// mu serialises changes: renewals, and a rotation's steps.
+	mu sync.Mutex
+	// held are the CAs whose keys the replica holds, the signer first.
+	held  atomic.Pointer[[]*pki.CA]
+	trust *pki.Trust
+	keys  *pki.Keys
+	clock clock.Clock
+	dir   string
+	id    string
+	ttl   time.Duration
 	// ips and dnsNames are the addresses and names its own certificate
 	// covers beside pki.ServerName (see sanNames).
 	ips      []net.IP
@@ -73,7 +83,7 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 			if err != nil {
 				return nil, fmt.Errorf("reading --ca-cert: %w", err)
 			}
-			if string(given) != string(certPEM) {
+			if string(given) != string(certPEM) && !retired(dir, given) {
 				return nil, fmt.Errorf("--ca-cert %s is not the CA this replica already uses (%s); a replica's CA cannot change", cfg.CACertFile, caPath)
 			}
 		}
@@ -105,14 +115,35 @@ func loadCerts(cfg Config, alone bool) (*certs, error) {
 	}
 	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
-		return nil, err
+		// The end of a CA rotation cut short between the key and the
+		// certificate (writeCAs): the certificate is ca-next's.
+		next, _ := os.ReadFile(filepath.Join(dir, nextCertFile))
+		nextKey, _ := os.ReadFile(filepath.Join(dir, nextKeyFile))
+		if len(next) == 0 || string(nextKey) != string(keyPEM) {
+			return nil, err
+		}
+		if ca, err = pki.LoadCA(next, keyPEM); err != nil {
+			return nil, err
+		}
+		if err := atomicfile.Write(caPath, next, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	ttl := cfg.CertTTL
 	if ttl == 0 {
 		ttl = DefaultCertTTL
 	}
 	ca.Clock = cfg.Clock
-	c := &certs{auth: ca, pool: ca.Pool(), dir: dir, id: cfg.ReplicaID, ttl: ttl}
+	c := &certs{clock: cfg.Clock, dir: dir, id: cfg.ReplicaID, ttl: ttl}
+	held := []*pki.CA{ca}
+	// A rotation of the cluster CA in progress when the replica stopped:
+	// both CAs trusted until the log, replayed, says which signs.
+	if next, err := c.loadNext(); err != nil {
+		return nil, err
+	} else if next != nil {
+		held = append(held, next)
+	}
+	c.setHeld(held, held)
 	c.ips, c.dnsNames = sanNames(cfg, net.InterfaceAddrs)
 	own, err := c.loadOwn()
 	switch {
@@ -143,7 +174,34 @@ func writeCA(dir string, certPEM, keyPEM []byte) error {
 }
 
 // now is the time of day by the replica's clock (the CA's).
-func (c *certs) now() time.Time { return clock.Or(c.auth.Clock).Now() }
+func (c *certs) now() time.Time { return clock.Or(c.clock).Now() }
+
+// Signer is the CA that issues certificates now.
+func (c *certs) Signer() *pki.CA { return (*c.held.Load())[0] }
+
+// Held are the CAs whose keys this replica holds, the signer first.
+func (c *certs) Held() []*pki.CA { return *c.held.Load() }
+
+// setHeld makes held the CAs held (its first the signer) and trusted the
+// CAs trusted.
+func (c *certs) setHeld(held, trusted []*pki.CA) {
+	c.held.Store(&held)
+	cas := make([]*x509.Certificate, len(trusted))
+	for i, ca := range trusted {
+		cas[i] = ca.Cert
+	}
+	if c.trust == nil {
+		c.trust = pki.NewTrust(cas...)
+	} else {
+		c.trust.Set(cas)
+	}
+}
+
+// keyPair makes a certificate and key a TLS certificate, presented with
+// the trusted CA that issued it.
+func (c *certs) keyPair(certPEM, keyPEM []byte) (*tls.Certificate, error) {
+	return pki.TrustedKeyPair(certPEM, keyPEM, c.trust.Certs())
+}
 
 // loadOwn reads this replica's certificate, checking it is from the CA
 // and names this replica.
@@ -156,11 +214,11 @@ func (c *certs) loadOwn() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	kp, err := pki.KeyPair(certPEM, keyPEM, c.auth.CertPEM)
+	kp, err := c.keyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: c.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: c.now()}); err != nil {
+	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: c.trust.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: c.now()}); err != nil {
 		return nil, err
 	}
 	if id, ok := pki.IdentityOf(kp.Leaf); !ok || id.Role != pki.RoleCoordinator || id.ID != c.id {
@@ -208,7 +266,7 @@ func sanNames(cfg Config, hostAddrs func() ([]net.Addr, error)) (ips []net.IP, d
 }
 
 func (c *certs) issueOwn() (*tls.Certificate, error) {
-	certPEM, keyPEM, _, err := c.auth.IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: c.id, TTL: c.ttl, IPs: c.ips, DNSNames: c.dnsNames})
+	certPEM, keyPEM, _, err := c.Signer().IssueKeyPair(pki.Request{Role: pki.RoleCoordinator, ID: c.id, TTL: c.ttl, IPs: c.ips, DNSNames: c.dnsNames})
 	if err != nil {
 		return nil, fmt.Errorf("issuing this replica's certificate: %w", err)
 	}
@@ -218,7 +276,7 @@ func (c *certs) issueOwn() (*tls.Certificate, error) {
 	if err := atomicfile.Write(filepath.Join(c.dir, ownCertFile), certPEM, 0o644); err != nil {
 		return nil, err
 	}
-	return pki.KeyPair(certPEM, keyPEM, c.auth.CertPEM)
+	return c.keyPair(certPEM, keyPEM)
 }
 
 // renewLoop renews this replica's certificate after two thirds of its
@@ -234,28 +292,32 @@ func (c *certs) renewLoop(ctx context.Context, logger *slog.Logger) {
 		if !c.keys.RenewDue(c.now()) {
 			continue
 		}
+		c.mu.Lock()
 		kp, err := c.issueOwn()
+		if err == nil {
+			c.keys.Set(kp)
+		}
+		c.mu.Unlock()
 		if err != nil {
 			logger.Error("renewing this replica's certificate", "error", err)
 			continue
 		}
-		c.keys.Set(kp)
 		logger.Info("renewed this replica's certificate", "expires", kp.Leaf.NotAfter)
 	}
 }
 
 // server is the TLS configuration of the API listener: agents and
 // replicas present certificates, users come with tokens only.
-func (c *certs) server() *tls.Config { return pki.ServerConfig(c.pool, c.keys, false) }
+func (c *certs) server() *tls.Config { return pki.TrustServerConfig(c.trust, c.keys, false) }
 
 // peerClient dials other replicas, presenting this replica's certificate.
 func (c *certs) peerClient() *tls.Config {
-	return pki.ClientConfig(c.pool, c.keys, pki.RoleCoordinator, "")
+	return pki.TrustClientConfig(c.trust, c.keys, pki.RoleCoordinator, "")
 }
 
 // agentClient dials the agent of node id.
 func (c *certs) agentClient(id string) *tls.Config {
-	return pki.ClientConfig(c.pool, c.keys, pki.RoleNode, id)
+	return pki.TrustClientConfig(c.trust, c.keys, pki.RoleNode, id)
 }
 
 // raftLayer carries Raft over mutual TLS: both ends present coordinator
@@ -276,7 +338,7 @@ func newRaftLayer(bind string, advertise net.Addr, c *certs) (*raftLayer, error)
 	if err != nil {
 		return nil, err
 	}
-	sc := pki.ServerConfig(c.pool, c.keys, true)
+	sc := pki.TrustServerConfig(c.trust, c.keys, true)
 	sc.VerifyConnection = func(cs tls.ConnectionState) error {
 		if id, ok := pki.PeerIdentity(&cs); !ok || id.Role != pki.RoleCoordinator {
 			return errors.New("raft: peer is not a coordinator")

@@ -27,7 +27,6 @@ import (
 	"corpus/dns"
 	"corpus/internal/clock"
 	"corpus/internal/names"
-	"corpus/internal/pki"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
@@ -49,9 +48,11 @@ type Backend struct {
 	// Group is the replica's Raft group.
 	Group Group
 	// CA signs node certificates (enrollment and renewal) valid CertTTL.
-	CA      *pki.CA
-	CertTTL time.Duration
-	Logger  *slog.Logger
+	CA Authority
+	// CARotations starts and describes rotations of the cluster CA.
+	CARotations CARotations
+	CertTTL     time.Duration
+	Logger      *slog.Logger
 
 	// audit records calls the state machine never sees (see auditor).
 	audit *audit.Auditor
@@ -242,6 +243,8 @@ var Policies = map[string]auth.Policy{
 	corpusv1connect.ProjectServiceRollbackProcedure:      {auth.Operator},
 	corpusv1connect.AuditServiceListAuditProcedure:       {auth.Operator},
 	corpusv1connect.ClusterServiceRotateKeyringProcedure: {auth.Operator},
+	corpusv1connect.ClusterServiceRotateCaProcedure:      {auth.Operator},
+	corpusv1connect.ClusterServiceCaStatusProcedure:      {auth.Operator},
 	// Extensions: operators only; agents lint the pushes they receive.
 	corpusv1connect.ExtensionServiceAddExtensionProcedure:         {auth.Operator},
 	corpusv1connect.ExtensionServiceListExtensionsProcedure:       {auth.Operator},
@@ -406,7 +409,7 @@ func (b *Backend) Admission() *admission.Controller { return b.admission }
 // the auth interceptor and the others, the request size bound.
 func Options(b *Backend) []connect.HandlerOption {
 	b.audit = audit.New(b, b.Logger)
-	b.keyrings = keyring.New(b.Store, b.CA, b)
+	b.keyrings = keyring.New(b.Store, b.CA.Held, b)
 	b.admission = &admission.Controller{Store: b.Store, Extensions: b.Extensions, Keyring: b.keyrings, Audit: b.audit, Logger: b.Logger}
 	authn := &auth.Authenticator{Store: b.Store, Policies: Policies, Clock: b.Clock, Used: b.tokenUsed(), Refused: func(ctx context.Context, p auth.Principal, procedure string, req any, err error) {
 		m, _ := req.(proto.Message)

@@ -123,6 +123,9 @@ const (
 	// (Extension.on "image.deploy", which an older replica refuses to
 	// store).
 	ImageDeployAdmission Feature = "image-deploy-admission"
+	// CARotation rotates the cluster CA (StartCaRotation and the entries
+	// that move it on).
+	CARotation Feature = "ca-rotation"
 )
 
 type feature struct {
@@ -141,6 +144,7 @@ var features = map[Feature]feature{
 	BatchedEntries:       {since: Version{0, 2}, entries: []string{"batch"}},
 	RegistryLogins:       {since: Version{0, 2}, entries: []string{"put_registry_login", "delete_registry_login"}},
 	ImageDeployAdmission: {since: Version{0, 2}},
+	CARotation:           {since: Version{0, 2}, entries: []string{"start_ca_rotation", "advance_ca_rotation", "finish_ca_rotation", "abort_ca_rotation"}},
 }
 
 var entryFeatures = func() map[string]Feature {

@@ -31,17 +31,20 @@ type Writer interface {
 // until the keyring changes.
 type Ring struct {
 	store *state.Store
-	ca    *pki.CA // nil: sealed values cannot be opened here
-	w     Writer
-	mu    sync.Mutex
-	idx   uint64 // ModifyIndex of the keyring opened
-	k     *seal.Keyring
+	// cas are the CAs whose keys this replica holds: during a rotation
+	// of the cluster CA, the old and the new one (none: sealed values
+	// cannot be opened here).
+	cas func() []*pki.CA
+	w   Writer
+	mu  sync.Mutex
+	idx uint64 // ModifyIndex of the keyring opened
+	k   *seal.Keyring
 }
 
-// New returns the keyring of store, opened with ca's key-encryption key
-// and changed through w.
-func New(store *state.Store, ca *pki.CA, w Writer) *Ring {
-	return &Ring{store: store, ca: ca, w: w}
+// New returns the keyring of store, opened with the key-encryption key
+// of one of cas and changed through w.
+func New(store *state.Store, cas func() []*pki.CA, w Writer) *Ring {
+	return &Ring{store: store, cas: cas, w: w}
 }
 
 // errNoKEK says a replica cannot open sealed values.
@@ -58,17 +61,9 @@ func (r *Ring) Open(view *state.Snap) (*seal.Keyring, error) {
 	if r.k != nil && r.idx == kr.ModifyIndex {
 		return r.k, nil
 	}
-	kek, err := r.kek()
+	keys, err := r.unwrap(kr)
 	if err != nil {
 		return nil, err
-	}
-	keys := map[string][]byte{}
-	for _, k := range kr.Keys {
-		key, err := seal.Unwrap(kek, k.Wrapped, k.Id)
-		if err != nil {
-			return nil, fmt.Errorf("the cluster keyring does not open with this coordinator's CA key (%w): every replica must hold the same cluster CA", err)
-		}
-		keys[k.Id] = key
 	}
 	k, err := seal.NewKeyring(kr.Primary, keys)
 	if err != nil {
@@ -105,11 +100,57 @@ func Rewrap(kr *corpusv1.Keyring, from, to *pki.CA) error {
 	return nil
 }
 
-func (r *Ring) kek() ([]byte, error) {
-	if r.ca == nil {
+// unwrap opens the data keys of kr with the key-encryption key of the
+// first CA held that opens them all: the cluster CA's, which during a CA
+// rotation is the old one until the rotation ends.
+func (r *Ring) unwrap(kr *corpusv1.Keyring) (map[string][]byte, error) {
+	var cas []*pki.CA
+	if r.cas != nil {
+		cas = r.cas()
+	}
+	if len(cas) == 0 {
 		return nil, errNoKEK
 	}
-	return r.ca.SealKEK()
+	var err error
+	for _, ca := range cas {
+		var kek []byte
+		if kek, err = ca.SealKEK(); err != nil {
+			continue
+		}
+		keys := map[string][]byte{}
+		for _, k := range kr.Keys {
+			var key []byte
+			if key, err = seal.Unwrap(kek, k.Wrapped, k.Id); err != nil {
+				break
+			}
+			keys[k.Id] = key
+		}
+		if err == nil {
+			return keys, nil
+		}
+	}
+	return nil, fmt.Errorf("the cluster keyring does not open with this coordinator's CA key (%w): every replica must hold the same cluster CA", err)
+}
+
+// kek is the key-encryption key new keys are wrapped with: the cluster
+// CA's (during a rotation, the old CA's).
+func (r *Ring) kek() ([]byte, error) {
+	var cas []*pki.CA
+	if r.cas != nil {
+		cas = r.cas()
+	}
+	if len(cas) == 0 {
+		return nil, errNoKEK
+	}
+	ca := cas[0]
+	if cur, err := pki.ParseCert([]byte(r.store.Read().Config().GetCa().GetCertPem())); err == nil {
+		for _, c := range cas {
+			if c.Pin() == pki.Pin(cur) {
+				ca = c
+			}
+		}
+	}
+	return ca.SealKEK()
 }
 
 // Ensure returns the keyring, making the cluster's first one if needed.

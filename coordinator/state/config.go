@@ -100,6 +100,10 @@ func (a *applier) setKeyring(c *corpusv1.SetKeyring) error {
 	if kr == nil || len(kr.Keys) == 0 {
 		return fmt.Errorf("an empty keyring: %w", ErrInvalid)
 	}
+	if a.view().Config().GetCa().GetRotation() != nil {
+		// The new CA's key is sealed with the keyring's keys.
+		return fmt.Errorf("the keyring cannot change while the cluster CA is rotated; finish or abort that first: %w", ErrConflict)
+	}
 	ids := map[string]bool{}
 	for _, k := range kr.Keys {
 		if k.Id == "" || len(k.Wrapped) == 0 || ids[k.Id] {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -21,7 +22,8 @@ func (a *applier) upsertCoordinator(c *corpusv1.UpsertCoordinator) error {
 	co.CreateIndex = a.index
 	if raw := a.get(statedb.TableCoordinators, "id", co.Id); raw != nil {
 		old := raw.(*corpusv1.Coordinator)
-		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version && old.ServerVersion == co.ServerVersion {
+		if old.RaftAddress == co.RaftAddress && old.ApiAddress == co.ApiAddress && old.DnsAddress == co.DnsAddress && old.GossipAddress == co.GossipAddress && old.Version == co.Version && old.ServerVersion == co.ServerVersion &&
+			old.CaPin == co.CaPin && slices.Equal(old.TrustedCaPins, co.TrustedCaPins) {
 			return nil
 		}
 		co.CreateIndex = old.CreateIndex

@@ -167,6 +167,14 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.updateNode(c.UpdateNode)
 	case *corpusv1.Command_ReportOrphans:
 		return a.reportOrphans(c.ReportOrphans)
+	case *corpusv1.Command_StartCaRotation:
+		return a.startCaRotation(c.StartCaRotation)
+	case *corpusv1.Command_AdvanceCaRotation:
+		return a.advanceCaRotation(c.AdvanceCaRotation)
+	case *corpusv1.Command_FinishCaRotation:
+		return a.finishCaRotation(c.FinishCaRotation)
+	case *corpusv1.Command_AbortCaRotation:
+		return a.abortCaRotation(c.AbortCaRotation)
 	case *corpusv1.Command_RenewNodeCertificate:
 		return a.renewNodeCertificate(c.RenewNodeCertificate)
 	case *corpusv1.Command_SetNodeStatus:
@@ -667,6 +675,7 @@ func (a *applier) renewNodeCertificate(c *corpusv1.RenewNodeCertificate) error {
 		return nil
 	}
 	n.PrevCertSerial, n.CertSerial, n.CertExpiresAt = n.CertSerial, c.Serial, c.ExpiresAt
+	n.CertCaPin, n.TrustedCaPins = c.CaPin, c.TrustedCaPins
 	n.ModifyIndex = a.index
 	a.put(statedb.TableNodes, n)
 	return nil

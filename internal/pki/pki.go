@@ -348,3 +348,12 @@ func (ca *CA) SealKEK() ([]byte, error) {
 	}
 	return seal.KEK(der)
 }
+
+// KeyPEM is the CA's private key, PKCS #8 PEM.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca key: %w", err)
+	}
+	return pemBlock("PRIVATE KEY", der), nil
+}

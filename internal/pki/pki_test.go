@@ -223,6 +223,37 @@ func TestPinnedAndMutualTLS(t *testing.T) {
 	if err := talk(open, pki.PinnedConfig(other.Pin())); !errors.Is(err, pki.ErrPinMismatch) {
 		t.Errorf("host pinning another CA: %v, want ErrPinMismatch", err)
 	}
+
+	// A Trust changes what new handshakes accept (a rotation of the
+	// cluster CA): both ways, server and client.
+	serverTrust := pki.NewTrust(ca.Cert)
+	rotating := serve(pki.TrustServerConfig(serverTrust, keysOf(other, pki.RoleCoordinator, "c1"), true))
+	clientTrust := pki.NewTrust(ca.Cert)
+	newNode := keysOf(other, pki.RoleNode, "n3")
+	if err := talk(rotating, pki.TrustClientConfig(clientTrust, newNode, pki.RoleCoordinator, "")); err == nil {
+		t.Errorf("a server of the new CA reached by a client trusting the old one alone")
+	}
+	clientTrust.Set([]*x509.Certificate{ca.Cert, other.Cert})
+	if err := talk(rotating, pki.TrustClientConfig(clientTrust, newNode, pki.RoleCoordinator, "")); err == nil {
+		t.Errorf("a client of the new CA let in by a server trusting the old one alone")
+	}
+	serverTrust.Set([]*x509.Certificate{ca.Cert, other.Cert})
+	if err := talk(rotating, pki.TrustClientConfig(clientTrust, newNode, pki.RoleCoordinator, "")); err != nil {
+		t.Errorf("both trusting both CAs: %v", err)
+	}
+	if err := talk(rotating, pki.TrustClientConfig(clientTrust, mine, pki.RoleCoordinator, "")); err != nil {
+		t.Errorf("a client of the old CA during the rotation: %v", err)
+	}
+	serverTrust.Set([]*x509.Certificate{other.Cert})
+	if err := talk(rotating, pki.TrustClientConfig(clientTrust, mine, pki.RoleCoordinator, "")); err == nil {
+		t.Errorf("a client of the retired CA let in")
+	}
+	if got := pki.IssuerOf(newNode.Get().Leaf, clientTrust.Certs()); got == nil || pki.Pin(got) != other.Pin() {
+		t.Errorf("IssuerOf(a certificate of the new CA) = %v", got)
+	}
+	if cas, err := pki.ParseCerts(clientTrust.PEM()); err != nil || len(cas) != 2 {
+		t.Errorf("ParseCerts(the trust's PEM) = %d certificates, %v; want 2", len(cas), err)
+	}
 }
 
 // TestSkewedSignerIssuesUsableCerts: a CA whose clock runs up to an hour

@@ -66,39 +66,24 @@ func now() time.Time { return clock.System.Now() }
 // clients without one (users with tokens) are let in and identified by
 // their token, and a certificate from another CA is refused.
 func ServerConfig(pool *x509.CertPool, keys *Keys, requireClient bool) *tls.Config {
-	auth := tls.VerifyClientCertIfGiven
-	if requireClient {
-		auth = tls.RequireAndVerifyClientCert
-	}
-	return &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		Time:           now,
-		ClientAuth:     auth,
-		ClientCAs:      pool,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return keys.Get(), nil },
-	}
+	return serverConfig(poolTrust(pool), keys, requireClient)
+}
+
+// TrustServerConfig is ServerConfig trusting trust's CAs of the moment.
+func TrustServerConfig(trust *Trust, keys *Keys, requireClient bool) *tls.Config {
+	return serverConfig(trust, keys, requireClient)
 }
 
 // ClientConfig is the TLS configuration of a client of a corpus component:
 // it trusts only the cluster CA, wants the server to hold a certificate of
 // role (and of id, when not empty), and presents keys when given.
 func ClientConfig(pool *x509.CertPool, keys *Keys, role, id string) *tls.Config {
-	c := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		Time:       now,
-		RootCAs:    pool,
-		ServerName: ServerName,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return expectPeer(cs, role, id)
-		},
-	}
-	if role == RoleNode {
-		c.ServerName = NodeServerName
-	}
-	if keys != nil {
-		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return keys.Get(), nil }
-	}
-	return c
+	return clientConfig(poolTrust(pool), keys, role, id)
+}
+
+// TrustClientConfig is ClientConfig trusting trust's CAs of the moment.
+func TrustClientConfig(trust *Trust, keys *Keys, role, id string) *tls.Config {
+	return clientConfig(trust, keys, role, id)
 }
 
 // ErrPinMismatch is a coordinator whose CA is not the one pinned.

@@ -96,12 +96,14 @@ func tlsTransport(t *testing.T, ns, caFile string) *http.Transport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := pki.ParseCert(b)
+	cas, err := pki.ParseCerts(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	for _, ca := range cas {
+		pool.AddCert(ca)
+	}
 	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: pki.ClientConfig(pool, nil, pki.RoleCoordinator, "")}
 	if ns != "" {
 		tr.DialContext = dialIn(ns)

@@ -78,7 +78,7 @@ var layers = []struct {
 		// A new leader loop's package goes on this list.
 		in: []string{"coordinator/api/..."},
 		deny: []string{"coordinator", "coordinator/leader/...", "coordinator/scheduler/...", "coordinator/autoscale/...",
-			"coordinator/series/...", "coordinator/acme/...", "coordinator/backupschedule/...", "coordinator/snapshotschedule/..."},
+			"coordinator/series/...", "coordinator/acme/...", "coordinator/backupschedule/...", "coordinator/snapshotschedule/...", "coordinator/carotation/..."},
 		why: "handlers only answer calls; leader loops run beside them under the leader runner, and a handler reads what a loop knows through an interface of Backend",
 	},
 	{

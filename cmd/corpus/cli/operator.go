@@ -87,6 +87,6 @@ func newOperatorCmd(g *Globals) *cobra.Command {
 		},
 	}
 	keyring.AddCommand(rotate)
-	cmd.AddCommand(raftCmd, keyring, newSnapshotCmd(g))
+	cmd.AddCommand(raftCmd, keyring, newSnapshotCmd(g), newCACmd(g))
 	return cmd
 }

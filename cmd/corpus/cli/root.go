@@ -7,6 +7,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,6 +88,10 @@ func Main(args []string, more ...Commands) int {
 
 // describe turns an error into the one line a user reads.
 func describe(err error) string {
+	if ua := (x509.UnknownAuthorityError{}); errors.As(err, &ua) {
+		return err.Error() + " (the coordinator's certificate is from no CA this environment trusts: if the cluster CA was rotated, " +
+			"an operator prints the CAs to trust with `corpus operator ca status --pem`; save them with `corpus env add NAME --address ADDR --ca-cert FILE`)"
+	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		msg := ce.Message()

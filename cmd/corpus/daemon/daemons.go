@@ -127,6 +127,7 @@ func addLDAPFlags(f *pflag.FlagSet, cfg *coordinator.Config) {
 	f.DurationVar(&cfg.LoginTokenTTL, "login-token-ttl", cfg.LoginTokenTTL, "lifetime of the tokens a password login issues (also the longest a client may ask for)")
 	f.DurationVar(&cfg.AutoscaleInterval, "autoscale-interval", cfg.AutoscaleInterval, "how often the leader samples the load of autoscaled environments and decides")
 	f.DurationVar(&cfg.SeriesInterval, "series-interval", cfg.SeriesInterval, "how often each replica samples what the dashboard plots (node allocation, request and error rates per domain)")
+	f.DurationVar(&cfg.CATrustPeriod, "ca-trust-period", cfg.CATrustPeriod, "the least a rotation of the cluster CA stays in its trust phase, for clients to take the new CA before it signs")
 	f.DurationVar(&cfg.TokenUseInterval, "token-use-interval", cfg.TokenUseInterval, "the grain of users' tokens' recorded last uses: how often each replica writes those it served (one entry for all)")
 }
 

@@ -61,9 +61,14 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 	if len(m.CsrPem) == 0 {
 		return nil, api.ToConnect(api.Invalidf("enrollment needs a certificate request (csr_pem): upgrade the agent"))
 	}
-	cfg := s.b.Store.Read().Config()
+	view := s.b.Store.Read()
+	cfg := view.Config()
 	if cfg == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, state.ErrNotBootstrap)
+	}
+	trust, err := s.b.NodeTrust(view)
+	if err != nil {
+		return nil, err
 	}
 	mode := m.Labels["mode"]
 	labels := map[string]string{}
@@ -83,7 +88,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 	nodeID := secret.Hex(8)
 	// The certificate names the id chosen here, whatever the request says;
 	// it is worth nothing unless the write below consumes the token.
-	cert, err := s.b.CA.Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: nodeID, TTL: s.b.CertTTL})
+	cert, err := s.b.CA.Signer().Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: nodeID, TTL: s.b.CertTTL})
 	if err != nil {
 		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
@@ -100,6 +105,8 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 		Address:       m.Address,
 		CertSerial:    cert.Serial,
 		CertExpiresAt: timestamppb.New(cert.NotAfter),
+		CertCaPin:     trust.SignerPin,
+		TrustedCaPins: trustedPins(trust),
 	}
 	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_EnrollNode{EnrollNode: &corpusv1.EnrollNode{
 		TokenId: tokID, TokenSecretHash: secret.Hash(tokSecret), Node: node,
@@ -113,7 +120,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 		ClusterId:      cfg.ClusterId,
 		AgentKey:       cfg.AgentKey,
 		CertificatePem: cert.CertPEM,
-		CaPem:          s.b.CA.CertPEM,
+		CaPem:          trust.CaPem,
 	}), nil
 }
 
@@ -121,17 +128,21 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 // it the node's current one.
 func (s *Service) RenewCertificate(ctx context.Context, req *connect.Request[corpusv1.RenewCertificateRequest]) (*connect.Response[corpusv1.RenewCertificateResponse], error) {
 	p := auth.FromContext(ctx)
-	cert, err := s.b.CA.Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
+	trust, err := s.b.NodeTrust(s.b.Store.Read())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := s.b.CA.Signer().Sign(req.Msg.CsrPem, pki.Request{Role: pki.RoleNode, ID: p.NodeID, TTL: s.b.CertTTL})
 	if err != nil {
 		return nil, api.ToConnect(api.Invalidf("%v", err))
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RenewNodeCertificate{RenewNodeCertificate: &corpusv1.RenewNodeCertificate{
-		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
+		NodeId: p.NodeID, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter), CaPin: trust.SignerPin, TrustedCaPins: trustedPins(trust),
 	}}}); err != nil {
 		return nil, err
 	}
-	s.b.Logger.Info("node certificate renewed", "node", p.NodeName, "serial", cert.Serial, "expires", cert.NotAfter)
-	return connect.NewResponse(&corpusv1.RenewCertificateResponse{CertificatePem: cert.CertPEM, CaPem: s.b.CA.CertPEM}), nil
+	s.b.Logger.Info("node certificate renewed", "node", p.NodeName, "serial", cert.Serial, "expires", cert.NotAfter, "ca", trust.SignerPin[:16])
+	return connect.NewResponse(&corpusv1.RenewCertificateResponse{CertificatePem: cert.CertPEM, CaPem: trust.CaPem}), nil
 }
 
 // desiredOn is the desired state of a node's guests: those placed on it,
@@ -357,4 +368,13 @@ func validAgentAddrs(agentAddr, addr string) error {
 		}
 	}
 	return nil
+}
+
+// trustedPins are the pins of the CAs trust names.
+func trustedPins(t *corpusv1.ClusterTrust) []string {
+	cas, err := pki.ParseCerts(t.CaPem)
+	if err != nil {
+		return nil
+	}
+	return pki.Pins(cas)
 }

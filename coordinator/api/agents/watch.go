@@ -139,6 +139,10 @@ func (s *Service) watchMessage(view *state.Snap, nodeID string, n *corpusv1.Node
 	msg.GuestWaiting = guestWaiting(view, msg.Guests)
 	msg.Certificates = nodeCertificates(view, msg.Routes)
 	msg.Restore = view.Config().GetRestore()
+	if s.b.CA != nil {
+		// Left out while this replica lags behind a CA rotation's step.
+		msg.Trust, _ = s.b.NodeTrust(view)
+	}
 	s.dnsInfo(msg)
 	for _, c := range view.Coordinators() {
 		if c.ApiAddress != "" {

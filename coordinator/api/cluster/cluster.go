@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/auth"
 	"corpus/internal/names"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -103,4 +104,38 @@ func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[c
 		return nil, api.ToConnect(err)
 	}
 	return connect.NewResponse(res), nil
+}
+
+// RotateCa starts, forces or aborts a rotation of the cluster CA
+// (carotation.Rotator); the leader's loop moves it on.
+func (s *clusterService) RotateCa(ctx context.Context, req *connect.Request[corpusv1.RotateCaRequest]) (*connect.Response[corpusv1.RotateCaResponse], error) {
+	r := s.b.CARotations
+	var err error
+	switch m := req.Msg; {
+	case m.Finish && m.Abort:
+		return nil, api.ToConnect(api.Invalidf("give finish or abort, not both"))
+	case m.Finish:
+		err = r.Force(ctx)
+	case m.Abort:
+		err = r.Abort(ctx)
+	default:
+		err = r.Start(ctx, auth.FromContext(ctx).String())
+	}
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	st, err := r.Status()
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return connect.NewResponse(&corpusv1.RotateCaResponse{Status: st}), nil
+}
+
+// CaStatus describes the cluster CA and a rotation in progress.
+func (s *clusterService) CaStatus(ctx context.Context, _ *connect.Request[corpusv1.CaStatusRequest]) (*connect.Response[corpusv1.CaStatusResponse], error) {
+	st, err := s.b.CARotations.Status()
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return connect.NewResponse(&corpusv1.CaStatusResponse{Status: st}), nil
 }

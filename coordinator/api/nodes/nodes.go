@@ -55,7 +55,7 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 	}
 	info := proto.Clone(tok).(*corpusv1.JoinToken)
 	info.SecretHash = ""
-	return connect.NewResponse(&corpusv1.CreateJoinTokenResponse{Token: id + "." + tokSecret + "." + s.b.CA.Pin(), Info: info}), nil
+	return connect.NewResponse(&corpusv1.CreateJoinTokenResponse{Token: id + "." + tokSecret + "." + s.b.CA.Signer().Pin(), Info: info}), nil
 }
 
 func (s *nodeService) ListNodes(ctx context.Context, _ *connect.Request[corpusv1.ListNodesRequest]) (*connect.Response[corpusv1.ListNodesResponse], error) {

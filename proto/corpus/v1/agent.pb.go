@@ -2195,9 +2195,10 @@ func (x *RenewCertificateRequest) GetCsrPem() []byte {
 type RenewCertificateResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	CertificatePem []byte                 `protobuf:"bytes,1,opt,name=certificate_pem,json=certificatePem,proto3" json:"certificate_pem,omitempty"`
-	CaPem          []byte                 `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ca_pem: as in EnrollResponse.
+	CaPem         []byte `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewCertificateResponse) Reset() {
@@ -2333,7 +2334,12 @@ type WatchResponse struct {
 	// liveness); agents join it. Empty when the coordinator gossips not.
 	GossipAddr string `protobuf:"bytes,30,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	// restore is the cluster's last restore from a snapshot, if any.
-	Restore       *Restore `protobuf:"bytes,31,opt,name=restore,proto3" json:"restore,omitempty"`
+	Restore *Restore `protobuf:"bytes,31,opt,name=restore,proto3" json:"restore,omitempty"`
+	// trust is the cluster CA as agents should hold it; unset before the
+	// cluster's first CA rotation. An agent whose certificate is not from
+	// signer_pin's CA, or whose trusted CAs are not ca_pem's, renews its
+	// certificate, which brings both.
+	Trust         *ClusterTrust `protobuf:"bytes,32,opt,name=trust,proto3" json:"trust,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2494,6 +2500,67 @@ func (x *WatchResponse) GetRestore() *Restore {
 	return nil
 }
 
+func (x *WatchResponse) GetTrust() *ClusterTrust {
+	if x != nil {
+		return x.Trust
+	}
+	return nil
+}
+
+type ClusterTrust struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ca_pem is every CA trusted, PEM.
+	CaPem []byte `protobuf:"bytes,1,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// signer_pin is the pin of the CA that issues certificates.
+	SignerPin     string `protobuf:"bytes,2,opt,name=signer_pin,json=signerPin,proto3" json:"signer_pin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterTrust) Reset() {
+	*x = ClusterTrust{}
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterTrust) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterTrust) ProtoMessage() {}
+
+func (x *ClusterTrust) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterTrust.ProtoReflect.Descriptor instead.
+func (*ClusterTrust) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ClusterTrust) GetCaPem() []byte {
+	if x != nil {
+		return x.CaPem
+	}
+	return nil
+}
+
+func (x *ClusterTrust) GetSignerPin() string {
+	if x != nil {
+		return x.SignerPin
+	}
+	return ""
+}
+
 type InstanceAssignment struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GuestId string                 `protobuf:"bytes,1,opt,name=guest_id,json=guestId,proto3" json:"guest_id,omitempty"`
@@ -2514,7 +2581,7 @@ type InstanceAssignment struct {
 
 func (x *InstanceAssignment) Reset() {
 	*x = InstanceAssignment{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2593,7 @@ func (x *InstanceAssignment) String() string {
 func (*InstanceAssignment) ProtoMessage() {}
 
 func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[37]
+	mi := &file_corpus_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2606,7 @@ func (x *InstanceAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceAssignment.ProtoReflect.Descriptor instead.
 func (*InstanceAssignment) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InstanceAssignment) GetGuestId() string {
@@ -2618,7 +2685,7 @@ type PeerNode struct {
 
 func (x *PeerNode) Reset() {
 	*x = PeerNode{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2697,7 @@ func (x *PeerNode) String() string {
 func (*PeerNode) ProtoMessage() {}
 
 func (x *PeerNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[38]
+	mi := &file_corpus_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2710,7 @@ func (x *PeerNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNode.ProtoReflect.Descriptor instead.
 func (*PeerNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PeerNode) GetName() string {
@@ -2691,7 +2758,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2770,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[39]
+	mi := &file_corpus_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2783,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportRequest) GetCapacity() *Resources {
@@ -2813,7 +2880,7 @@ type ReportedGuest struct {
 
 func (x *ReportedGuest) Reset() {
 	*x = ReportedGuest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +2892,7 @@ func (x *ReportedGuest) String() string {
 func (*ReportedGuest) ProtoMessage() {}
 
 func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[40]
+	mi := &file_corpus_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +2905,7 @@ func (x *ReportedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedGuest.ProtoReflect.Descriptor instead.
 func (*ReportedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportedGuest) GetGuestId() string {
@@ -2868,7 +2935,7 @@ type ReportedVolume struct {
 
 func (x *ReportedVolume) Reset() {
 	*x = ReportedVolume{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2947,7 @@ func (x *ReportedVolume) String() string {
 func (*ReportedVolume) ProtoMessage() {}
 
 func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[41]
+	mi := &file_corpus_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2960,7 @@ func (x *ReportedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportedVolume.ProtoReflect.Descriptor instead.
 func (*ReportedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportedVolume) GetVolumeId() string {
@@ -2930,7 +2997,7 @@ type ServiceReach struct {
 
 func (x *ServiceReach) Reset() {
 	*x = ServiceReach{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3009,7 @@ func (x *ServiceReach) String() string {
 func (*ServiceReach) ProtoMessage() {}
 
 func (x *ServiceReach) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[42]
+	mi := &file_corpus_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3022,7 @@ func (x *ServiceReach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceReach.ProtoReflect.Descriptor instead.
 func (*ServiceReach) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ServiceReach) GetGuestId() string {
@@ -2988,7 +3055,7 @@ type ServiceRuntimeRequest struct {
 
 func (x *ServiceRuntimeRequest) Reset() {
 	*x = ServiceRuntimeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3067,7 @@ func (x *ServiceRuntimeRequest) String() string {
 func (*ServiceRuntimeRequest) ProtoMessage() {}
 
 func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[43]
+	mi := &file_corpus_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3080,7 @@ func (x *ServiceRuntimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ServiceRuntimeRequest) GetService() string {
@@ -3035,7 +3102,7 @@ type ServiceRuntimeResponse struct {
 
 func (x *ServiceRuntimeResponse) Reset() {
 	*x = ServiceRuntimeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3114,7 @@ func (x *ServiceRuntimeResponse) String() string {
 func (*ServiceRuntimeResponse) ProtoMessage() {}
 
 func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[44]
+	mi := &file_corpus_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3127,7 @@ func (x *ServiceRuntimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRuntimeResponse.ProtoReflect.Descriptor instead.
 func (*ServiceRuntimeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServiceRuntimeResponse) GetService() *Service {
@@ -3086,7 +3153,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3165,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[45]
+	mi := &file_corpus_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3178,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportResponse) GetIndex() uint64 {
@@ -3136,7 +3203,7 @@ type CheckChallengeRequest struct {
 
 func (x *CheckChallengeRequest) Reset() {
 	*x = CheckChallengeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3215,7 @@ func (x *CheckChallengeRequest) String() string {
 func (*CheckChallengeRequest) ProtoMessage() {}
 
 func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[46]
+	mi := &file_corpus_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3228,7 @@ func (x *CheckChallengeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeRequest.ProtoReflect.Descriptor instead.
 func (*CheckChallengeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CheckChallengeRequest) GetDomain() string {
@@ -3203,7 +3270,7 @@ type CheckChallengeResponse struct {
 
 func (x *CheckChallengeResponse) Reset() {
 	*x = CheckChallengeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3282,7 @@ func (x *CheckChallengeResponse) String() string {
 func (*CheckChallengeResponse) ProtoMessage() {}
 
 func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[47]
+	mi := &file_corpus_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3295,7 @@ func (x *CheckChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckChallengeResponse.ProtoReflect.Descriptor instead.
 func (*CheckChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CheckChallengeResponse) GetReady() bool {
@@ -3255,7 +3322,7 @@ type DumpServiceRequest struct {
 
 func (x *DumpServiceRequest) Reset() {
 	*x = DumpServiceRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3334,7 @@ func (x *DumpServiceRequest) String() string {
 func (*DumpServiceRequest) ProtoMessage() {}
 
 func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[48]
+	mi := &file_corpus_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3347,7 @@ func (x *DumpServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpServiceRequest.ProtoReflect.Descriptor instead.
 func (*DumpServiceRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DumpServiceRequest) GetBackup() *Backup {
@@ -3300,7 +3367,7 @@ type StoreBackupResponse struct {
 
 func (x *StoreBackupResponse) Reset() {
 	*x = StoreBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3379,7 @@ func (x *StoreBackupResponse) String() string {
 func (*StoreBackupResponse) ProtoMessage() {}
 
 func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[49]
+	mi := &file_corpus_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3392,7 @@ func (x *StoreBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreBackupResponse.ProtoReflect.Descriptor instead.
 func (*StoreBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StoreBackupResponse) GetSizeBytes() int64 {
@@ -3351,7 +3418,7 @@ type ReadBackupRequest struct {
 
 func (x *ReadBackupRequest) Reset() {
 	*x = ReadBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3430,7 @@ func (x *ReadBackupRequest) String() string {
 func (*ReadBackupRequest) ProtoMessage() {}
 
 func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[50]
+	mi := &file_corpus_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3443,7 @@ func (x *ReadBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBackupRequest.ProtoReflect.Descriptor instead.
 func (*ReadBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReadBackupRequest) GetBackup() *Backup {
@@ -3397,7 +3464,7 @@ type LoadServiceResponse struct {
 
 func (x *LoadServiceResponse) Reset() {
 	*x = LoadServiceResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3476,7 @@ func (x *LoadServiceResponse) String() string {
 func (*LoadServiceResponse) ProtoMessage() {}
 
 func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[51]
+	mi := &file_corpus_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3489,7 @@ func (x *LoadServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadServiceResponse.ProtoReflect.Descriptor instead.
 func (*LoadServiceResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LoadServiceResponse) GetSizeBytes() int64 {
@@ -3448,7 +3515,7 @@ type RemoveBackupRequest struct {
 
 func (x *RemoveBackupRequest) Reset() {
 	*x = RemoveBackupRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[52]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3527,7 @@ func (x *RemoveBackupRequest) String() string {
 func (*RemoveBackupRequest) ProtoMessage() {}
 
 func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[52]
+	mi := &file_corpus_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3540,7 @@ func (x *RemoveBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBackupRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveBackupRequest) GetBackup() *Backup {
@@ -3491,7 +3558,7 @@ type RemoveBackupResponse struct {
 
 func (x *RemoveBackupResponse) Reset() {
 	*x = RemoveBackupResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[53]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3570,7 @@ func (x *RemoveBackupResponse) String() string {
 func (*RemoveBackupResponse) ProtoMessage() {}
 
 func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[53]
+	mi := &file_corpus_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3583,7 @@ func (x *RemoveBackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBackupResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBackupResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 type ExportVolumeRequest struct {
@@ -3528,7 +3595,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[54]
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3607,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[54]
+	mi := &file_corpus_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3620,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExportVolumeRequest) GetName() string {
@@ -3572,7 +3639,7 @@ type MeasureVolumeRequest struct {
 
 func (x *MeasureVolumeRequest) Reset() {
 	*x = MeasureVolumeRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3651,7 @@ func (x *MeasureVolumeRequest) String() string {
 func (*MeasureVolumeRequest) ProtoMessage() {}
 
 func (x *MeasureVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[55]
+	mi := &file_corpus_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3664,7 @@ func (x *MeasureVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeasureVolumeRequest.ProtoReflect.Descriptor instead.
 func (*MeasureVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MeasureVolumeRequest) GetName() string {
@@ -3620,7 +3687,7 @@ type MeasureVolumeResponse struct {
 
 func (x *MeasureVolumeResponse) Reset() {
 	*x = MeasureVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3699,7 @@ func (x *MeasureVolumeResponse) String() string {
 func (*MeasureVolumeResponse) ProtoMessage() {}
 
 func (x *MeasureVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[56]
+	mi := &file_corpus_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3712,7 @@ func (x *MeasureVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeasureVolumeResponse.ProtoReflect.Descriptor instead.
 func (*MeasureVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MeasureVolumeResponse) GetSizeBytes() int64 {
@@ -3680,7 +3747,7 @@ type VolumeChunk struct {
 
 func (x *VolumeChunk) Reset() {
 	*x = VolumeChunk{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3759,7 @@ func (x *VolumeChunk) String() string {
 func (*VolumeChunk) ProtoMessage() {}
 
 func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[57]
+	mi := &file_corpus_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3772,7 @@ func (x *VolumeChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeChunk.ProtoReflect.Descriptor instead.
 func (*VolumeChunk) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VolumeChunk) GetName() string {
@@ -3738,7 +3805,7 @@ type ImportVolumeResponse struct {
 
 func (x *ImportVolumeResponse) Reset() {
 	*x = ImportVolumeResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	mi := &file_corpus_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3817,7 @@ func (x *ImportVolumeResponse) String() string {
 func (*ImportVolumeResponse) ProtoMessage() {}
 
 func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[58]
+	mi := &file_corpus_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3830,7 @@ func (x *ImportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ImportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ImportVolumeResponse) GetBytes() int64 {
@@ -3793,7 +3860,7 @@ type LintPushRequest struct {
 
 func (x *LintPushRequest) Reset() {
 	*x = LintPushRequest{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[59]
+	mi := &file_corpus_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3872,7 @@ func (x *LintPushRequest) String() string {
 func (*LintPushRequest) ProtoMessage() {}
 
 func (x *LintPushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[59]
+	mi := &file_corpus_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3885,7 @@ func (x *LintPushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintPushRequest.ProtoReflect.Descriptor instead.
 func (*LintPushRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LintPushRequest) GetProject() string {
@@ -3889,7 +3956,7 @@ type LintPushResponse struct {
 
 func (x *LintPushResponse) Reset() {
 	*x = LintPushResponse{}
-	mi := &file_corpus_v1_agent_proto_msgTypes[60]
+	mi := &file_corpus_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +3968,7 @@ func (x *LintPushResponse) String() string {
 func (*LintPushResponse) ProtoMessage() {}
 
 func (x *LintPushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_agent_proto_msgTypes[60]
+	mi := &file_corpus_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +3981,7 @@ func (x *LintPushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LintPushResponse.ProtoReflect.Descriptor instead.
 func (*LintPushResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LintPushResponse) GetRefused() string {
@@ -4105,7 +4172,7 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x18RenewCertificateResponse\x12'\n" +
 	"\x0fcertificate_pem\x18\x01 \x01(\fR\x0ecertificatePem\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
-	"\fWatchRequest\"\xc1\b\n" +
+	"\fWatchRequest\"\xf0\b\n" +
 	"\rWatchResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12#\n" +
 	"\x04node\x18\x02 \x01(\v2\x0f.corpus.v1.NodeR\x04node\x12(\n" +
@@ -4126,7 +4193,8 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\tinstances\x18\x10 \x03(\v2\x1d.corpus.v1.InstanceAssignmentR\tinstances\x12\x1f\n" +
 	"\vgossip_addr\x18\x1e \x01(\tR\n" +
 	"gossipAddr\x12,\n" +
-	"\arestore\x18\x1f \x01(\v2\x12.corpus.v1.RestoreR\arestore\x1a@\n" +
+	"\arestore\x18\x1f \x01(\v2\x12.corpus.v1.RestoreR\arestore\x12-\n" +
+	"\x05trust\x18  \x01(\v2\x17.corpus.v1.ClusterTrustR\x05trust\x1a@\n" +
 	"\x12GuestProjectsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -4135,7 +4203,11 @@ const file_corpus_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11GuestWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
+	"\fClusterTrust\x12\x15\n" +
+	"\x06ca_pem\x18\x01 \x01(\fR\x05caPem\x12\x1d\n" +
+	"\n" +
+	"signer_pin\x18\x02 \x01(\tR\tsignerPin\"\x96\x03\n" +
 	"\x12InstanceAssignment\x12\x19\n" +
 	"\bguest_id\x18\x01 \x01(\tR\aguestId\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x10\n" +
@@ -4301,7 +4373,7 @@ func file_corpus_v1_agent_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_agent_proto_rawDescData
 }
 
-var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_corpus_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_corpus_v1_agent_proto_goTypes = []any{
 	(*TlsMaterialRequest)(nil),          // 0: corpus.v1.TlsMaterialRequest
 	(*TlsMaterialResponse)(nil),         // 1: corpus.v1.TlsMaterialResponse
@@ -4340,219 +4412,221 @@ var file_corpus_v1_agent_proto_goTypes = []any{
 	(*RenewCertificateResponse)(nil),    // 34: corpus.v1.RenewCertificateResponse
 	(*WatchRequest)(nil),                // 35: corpus.v1.WatchRequest
 	(*WatchResponse)(nil),               // 36: corpus.v1.WatchResponse
-	(*InstanceAssignment)(nil),          // 37: corpus.v1.InstanceAssignment
-	(*PeerNode)(nil),                    // 38: corpus.v1.PeerNode
-	(*ReportRequest)(nil),               // 39: corpus.v1.ReportRequest
-	(*ReportedGuest)(nil),               // 40: corpus.v1.ReportedGuest
-	(*ReportedVolume)(nil),              // 41: corpus.v1.ReportedVolume
-	(*ServiceReach)(nil),                // 42: corpus.v1.ServiceReach
-	(*ServiceRuntimeRequest)(nil),       // 43: corpus.v1.ServiceRuntimeRequest
-	(*ServiceRuntimeResponse)(nil),      // 44: corpus.v1.ServiceRuntimeResponse
-	(*ReportResponse)(nil),              // 45: corpus.v1.ReportResponse
-	(*CheckChallengeRequest)(nil),       // 46: corpus.v1.CheckChallengeRequest
-	(*CheckChallengeResponse)(nil),      // 47: corpus.v1.CheckChallengeResponse
-	(*DumpServiceRequest)(nil),          // 48: corpus.v1.DumpServiceRequest
-	(*StoreBackupResponse)(nil),         // 49: corpus.v1.StoreBackupResponse
-	(*ReadBackupRequest)(nil),           // 50: corpus.v1.ReadBackupRequest
-	(*LoadServiceResponse)(nil),         // 51: corpus.v1.LoadServiceResponse
-	(*RemoveBackupRequest)(nil),         // 52: corpus.v1.RemoveBackupRequest
-	(*RemoveBackupResponse)(nil),        // 53: corpus.v1.RemoveBackupResponse
-	(*ExportVolumeRequest)(nil),         // 54: corpus.v1.ExportVolumeRequest
-	(*MeasureVolumeRequest)(nil),        // 55: corpus.v1.MeasureVolumeRequest
-	(*MeasureVolumeResponse)(nil),       // 56: corpus.v1.MeasureVolumeResponse
-	(*VolumeChunk)(nil),                 // 57: corpus.v1.VolumeChunk
-	(*ImportVolumeResponse)(nil),        // 58: corpus.v1.ImportVolumeResponse
-	(*LintPushRequest)(nil),             // 59: corpus.v1.LintPushRequest
-	(*LintPushResponse)(nil),            // 60: corpus.v1.LintPushResponse
-	nil,                                 // 61: corpus.v1.InstanceReleaseResponse.ConfigEntry
-	nil,                                 // 62: corpus.v1.LoadResponse.RequestsEntry
-	nil,                                 // 63: corpus.v1.LoadResponse.ErrorsEntry
-	nil,                                 // 64: corpus.v1.BeginReleaseResponse.ConfigEntry
-	nil,                                 // 65: corpus.v1.EnrollRequest.LabelsEntry
-	nil,                                 // 66: corpus.v1.WatchResponse.GuestProjectsEntry
-	nil,                                 // 67: corpus.v1.WatchResponse.GuestServicesEntry
-	nil,                                 // 68: corpus.v1.WatchResponse.GuestWaitingEntry
-	nil,                                 // 69: corpus.v1.InstanceAssignment.ScaleEntry
-	nil,                                 // 70: corpus.v1.ServiceRuntimeResponse.EnvEntry
-	(*RedeployRequest)(nil),             // 71: corpus.v1.RedeployRequest
-	(*ProjectEnv)(nil),                  // 72: corpus.v1.ProjectEnv
-	(*Release)(nil),                     // 73: corpus.v1.Release
-	(*Project)(nil),                     // 74: corpus.v1.Project
-	(*ReleaseStep)(nil),                 // 75: corpus.v1.ReleaseStep
-	(*Resources)(nil),                   // 76: corpus.v1.Resources
-	(*DriverInfo)(nil),                  // 77: corpus.v1.DriverInfo
-	(*Node)(nil),                        // 78: corpus.v1.Node
-	(*Guest)(nil),                       // 79: corpus.v1.Guest
-	(*Route)(nil),                       // 80: corpus.v1.Route
-	(*Volume)(nil),                      // 81: corpus.v1.Volume
-	(*Backup)(nil),                      // 82: corpus.v1.Backup
-	(*Certificate)(nil),                 // 83: corpus.v1.Certificate
-	(*Restore)(nil),                     // 84: corpus.v1.Restore
-	(*timestamppb.Timestamp)(nil),       // 85: google.protobuf.Timestamp
-	(*ReportedService)(nil),             // 86: corpus.v1.ReportedService
-	(*OrphanGuest)(nil),                 // 87: corpus.v1.OrphanGuest
-	(*GuestObserved)(nil),               // 88: corpus.v1.GuestObserved
-	(*VolumeObserved)(nil),              // 89: corpus.v1.VolumeObserved
-	(*Service)(nil),                     // 90: corpus.v1.Service
-	(*RegistryCredentialsRequest)(nil),  // 91: corpus.v1.RegistryCredentialsRequest
-	(*ExecGuestRequest)(nil),            // 92: corpus.v1.ExecGuestRequest
-	(*SnapshotVolumeRequest)(nil),       // 93: corpus.v1.SnapshotVolumeRequest
-	(*RollbackRequest)(nil),             // 94: corpus.v1.RollbackRequest
-	(*ListProcessesRequest)(nil),        // 95: corpus.v1.ListProcessesRequest
-	(*GuestLogsRequest)(nil),            // 96: corpus.v1.GuestLogsRequest
-	(*ShellInput)(nil),                  // 97: corpus.v1.ShellInput
-	(*BackupChunk)(nil),                 // 98: corpus.v1.BackupChunk
-	(*ListImagesRequest)(nil),           // 99: corpus.v1.ListImagesRequest
-	(*RemoveImageRequest)(nil),          // 100: corpus.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),          // 101: corpus.v1.PruneImagesRequest
-	(*RegistryCredentialsResponse)(nil), // 102: corpus.v1.RegistryCredentialsResponse
-	(*ExecOutput)(nil),                  // 103: corpus.v1.ExecOutput
-	(*SnapshotVolumeResponse)(nil),      // 104: corpus.v1.SnapshotVolumeResponse
-	(*RollbackOutput)(nil),              // 105: corpus.v1.RollbackOutput
-	(*DeployOutput)(nil),                // 106: corpus.v1.DeployOutput
-	(*ListProcessesResponse)(nil),       // 107: corpus.v1.ListProcessesResponse
-	(*LogLine)(nil),                     // 108: corpus.v1.LogLine
-	(*ListImagesResponse)(nil),          // 109: corpus.v1.ListImagesResponse
-	(*RemoveImageResponse)(nil),         // 110: corpus.v1.RemoveImageResponse
-	(*PruneImagesResponse)(nil),         // 111: corpus.v1.PruneImagesResponse
+	(*ClusterTrust)(nil),                // 37: corpus.v1.ClusterTrust
+	(*InstanceAssignment)(nil),          // 38: corpus.v1.InstanceAssignment
+	(*PeerNode)(nil),                    // 39: corpus.v1.PeerNode
+	(*ReportRequest)(nil),               // 40: corpus.v1.ReportRequest
+	(*ReportedGuest)(nil),               // 41: corpus.v1.ReportedGuest
+	(*ReportedVolume)(nil),              // 42: corpus.v1.ReportedVolume
+	(*ServiceReach)(nil),                // 43: corpus.v1.ServiceReach
+	(*ServiceRuntimeRequest)(nil),       // 44: corpus.v1.ServiceRuntimeRequest
+	(*ServiceRuntimeResponse)(nil),      // 45: corpus.v1.ServiceRuntimeResponse
+	(*ReportResponse)(nil),              // 46: corpus.v1.ReportResponse
+	(*CheckChallengeRequest)(nil),       // 47: corpus.v1.CheckChallengeRequest
+	(*CheckChallengeResponse)(nil),      // 48: corpus.v1.CheckChallengeResponse
+	(*DumpServiceRequest)(nil),          // 49: corpus.v1.DumpServiceRequest
+	(*StoreBackupResponse)(nil),         // 50: corpus.v1.StoreBackupResponse
+	(*ReadBackupRequest)(nil),           // 51: corpus.v1.ReadBackupRequest
+	(*LoadServiceResponse)(nil),         // 52: corpus.v1.LoadServiceResponse
+	(*RemoveBackupRequest)(nil),         // 53: corpus.v1.RemoveBackupRequest
+	(*RemoveBackupResponse)(nil),        // 54: corpus.v1.RemoveBackupResponse
+	(*ExportVolumeRequest)(nil),         // 55: corpus.v1.ExportVolumeRequest
+	(*MeasureVolumeRequest)(nil),        // 56: corpus.v1.MeasureVolumeRequest
+	(*MeasureVolumeResponse)(nil),       // 57: corpus.v1.MeasureVolumeResponse
+	(*VolumeChunk)(nil),                 // 58: corpus.v1.VolumeChunk
+	(*ImportVolumeResponse)(nil),        // 59: corpus.v1.ImportVolumeResponse
+	(*LintPushRequest)(nil),             // 60: corpus.v1.LintPushRequest
+	(*LintPushResponse)(nil),            // 61: corpus.v1.LintPushResponse
+	nil,                                 // 62: corpus.v1.InstanceReleaseResponse.ConfigEntry
+	nil,                                 // 63: corpus.v1.LoadResponse.RequestsEntry
+	nil,                                 // 64: corpus.v1.LoadResponse.ErrorsEntry
+	nil,                                 // 65: corpus.v1.BeginReleaseResponse.ConfigEntry
+	nil,                                 // 66: corpus.v1.EnrollRequest.LabelsEntry
+	nil,                                 // 67: corpus.v1.WatchResponse.GuestProjectsEntry
+	nil,                                 // 68: corpus.v1.WatchResponse.GuestServicesEntry
+	nil,                                 // 69: corpus.v1.WatchResponse.GuestWaitingEntry
+	nil,                                 // 70: corpus.v1.InstanceAssignment.ScaleEntry
+	nil,                                 // 71: corpus.v1.ServiceRuntimeResponse.EnvEntry
+	(*RedeployRequest)(nil),             // 72: corpus.v1.RedeployRequest
+	(*ProjectEnv)(nil),                  // 73: corpus.v1.ProjectEnv
+	(*Release)(nil),                     // 74: corpus.v1.Release
+	(*Project)(nil),                     // 75: corpus.v1.Project
+	(*ReleaseStep)(nil),                 // 76: corpus.v1.ReleaseStep
+	(*Resources)(nil),                   // 77: corpus.v1.Resources
+	(*DriverInfo)(nil),                  // 78: corpus.v1.DriverInfo
+	(*Node)(nil),                        // 79: corpus.v1.Node
+	(*Guest)(nil),                       // 80: corpus.v1.Guest
+	(*Route)(nil),                       // 81: corpus.v1.Route
+	(*Volume)(nil),                      // 82: corpus.v1.Volume
+	(*Backup)(nil),                      // 83: corpus.v1.Backup
+	(*Certificate)(nil),                 // 84: corpus.v1.Certificate
+	(*Restore)(nil),                     // 85: corpus.v1.Restore
+	(*timestamppb.Timestamp)(nil),       // 86: google.protobuf.Timestamp
+	(*ReportedService)(nil),             // 87: corpus.v1.ReportedService
+	(*OrphanGuest)(nil),                 // 88: corpus.v1.OrphanGuest
+	(*GuestObserved)(nil),               // 89: corpus.v1.GuestObserved
+	(*VolumeObserved)(nil),              // 90: corpus.v1.VolumeObserved
+	(*Service)(nil),                     // 91: corpus.v1.Service
+	(*RegistryCredentialsRequest)(nil),  // 92: corpus.v1.RegistryCredentialsRequest
+	(*ExecGuestRequest)(nil),            // 93: corpus.v1.ExecGuestRequest
+	(*SnapshotVolumeRequest)(nil),       // 94: corpus.v1.SnapshotVolumeRequest
+	(*RollbackRequest)(nil),             // 95: corpus.v1.RollbackRequest
+	(*ListProcessesRequest)(nil),        // 96: corpus.v1.ListProcessesRequest
+	(*GuestLogsRequest)(nil),            // 97: corpus.v1.GuestLogsRequest
+	(*ShellInput)(nil),                  // 98: corpus.v1.ShellInput
+	(*BackupChunk)(nil),                 // 99: corpus.v1.BackupChunk
+	(*ListImagesRequest)(nil),           // 100: corpus.v1.ListImagesRequest
+	(*RemoveImageRequest)(nil),          // 101: corpus.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),          // 102: corpus.v1.PruneImagesRequest
+	(*RegistryCredentialsResponse)(nil), // 103: corpus.v1.RegistryCredentialsResponse
+	(*ExecOutput)(nil),                  // 104: corpus.v1.ExecOutput
+	(*SnapshotVolumeResponse)(nil),      // 105: corpus.v1.SnapshotVolumeResponse
+	(*RollbackOutput)(nil),              // 106: corpus.v1.RollbackOutput
+	(*DeployOutput)(nil),                // 107: corpus.v1.DeployOutput
+	(*ListProcessesResponse)(nil),       // 108: corpus.v1.ListProcessesResponse
+	(*LogLine)(nil),                     // 109: corpus.v1.LogLine
+	(*ListImagesResponse)(nil),          // 110: corpus.v1.ListImagesResponse
+	(*RemoveImageResponse)(nil),         // 111: corpus.v1.RemoveImageResponse
+	(*PruneImagesResponse)(nil),         // 112: corpus.v1.PruneImagesResponse
 }
 var file_corpus_v1_agent_proto_depIdxs = []int32{
 	2,   // 0: corpus.v1.TlsMaterialResponse.domains:type_name -> corpus.v1.TlsDomain
-	71,  // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
-	72,  // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
-	73,  // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
-	72,  // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
-	73,  // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
-	73,  // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
-	61,  // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
+	72,  // 1: corpus.v1.AgentRedeployRequest.request:type_name -> corpus.v1.RedeployRequest
+	73,  // 2: corpus.v1.AgentRedeployRequest.env:type_name -> corpus.v1.ProjectEnv
+	74,  // 3: corpus.v1.AgentRedeployRequest.releases:type_name -> corpus.v1.Release
+	73,  // 4: corpus.v1.InstanceReleaseResponse.env:type_name -> corpus.v1.ProjectEnv
+	74,  // 5: corpus.v1.InstanceReleaseResponse.release:type_name -> corpus.v1.Release
+	74,  // 6: corpus.v1.InstanceReleaseResponse.releases:type_name -> corpus.v1.Release
+	62,  // 7: corpus.v1.InstanceReleaseResponse.config:type_name -> corpus.v1.InstanceReleaseResponse.ConfigEntry
 	15,  // 8: corpus.v1.LoadResponse.guests:type_name -> corpus.v1.GuestLoad
-	62,  // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
-	63,  // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
-	74,  // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
-	72,  // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
-	73,  // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
-	73,  // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
-	64,  // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
-	75,  // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
-	73,  // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
-	65,  // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
-	76,  // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
-	77,  // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
-	78,  // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
-	79,  // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
-	80,  // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
-	81,  // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
-	66,  // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
-	67,  // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
-	42,  // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
-	82,  // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
-	68,  // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
-	38,  // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
-	83,  // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
-	37,  // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
-	84,  // 33: corpus.v1.WatchResponse.restore:type_name -> corpus.v1.Restore
-	69,  // 34: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
-	85,  // 35: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
-	76,  // 36: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
-	77,  // 37: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
-	40,  // 38: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
-	41,  // 39: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
-	86,  // 40: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
-	87,  // 41: corpus.v1.ReportRequest.orphans:type_name -> corpus.v1.OrphanGuest
-	88,  // 42: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
-	89,  // 43: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	90,  // 44: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
-	70,  // 45: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
-	82,  // 46: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 47: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
-	82,  // 48: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
-	31,  // 49: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
-	33,  // 50: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
-	35,  // 51: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
-	39,  // 52: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
-	19,  // 53: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
-	23,  // 54: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
-	25,  // 55: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
-	27,  // 56: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
-	29,  // 57: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
-	17,  // 58: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
-	4,   // 59: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
-	5,   // 60: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
-	6,   // 61: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
-	9,   // 62: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
-	11,  // 63: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	20,  // 64: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
-	59,  // 65: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
-	43,  // 66: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
-	0,   // 67: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
-	91,  // 68: corpus.v1.AgentService.RegistryCredentials:input_type -> corpus.v1.RegistryCredentialsRequest
-	92,  // 69: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
-	54,  // 70: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
-	57,  // 71: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
-	93,  // 72: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
-	55,  // 73: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
-	94,  // 74: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
-	11,  // 75: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
-	13,  // 76: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
-	3,   // 77: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
-	95,  // 78: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
-	96,  // 79: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
-	97,  // 80: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
-	48,  // 81: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
-	98,  // 82: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
-	50,  // 83: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
-	98,  // 84: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
-	52,  // 85: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
-	46,  // 86: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
-	99,  // 87: corpus.v1.NodeAgentService.ListImages:input_type -> corpus.v1.ListImagesRequest
-	100, // 88: corpus.v1.NodeAgentService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
-	101, // 89: corpus.v1.NodeAgentService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
-	32,  // 90: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
-	34,  // 91: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
-	36,  // 92: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
-	45,  // 93: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
-	22,  // 94: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
-	24,  // 95: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
-	26,  // 96: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
-	28,  // 97: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
-	30,  // 98: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
-	18,  // 99: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
-	16,  // 100: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
-	8,   // 101: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
-	7,   // 102: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
-	10,  // 103: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
-	12,  // 104: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	21,  // 105: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
-	60,  // 106: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
-	44,  // 107: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
-	1,   // 108: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
-	102, // 109: corpus.v1.AgentService.RegistryCredentials:output_type -> corpus.v1.RegistryCredentialsResponse
-	103, // 110: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
-	57,  // 111: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
-	58,  // 112: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
-	104, // 113: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
-	56,  // 114: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
-	105, // 115: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
-	12,  // 116: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
-	14,  // 117: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
-	106, // 118: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
-	107, // 119: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
-	108, // 120: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
-	103, // 121: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
-	98,  // 122: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
-	49,  // 123: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
-	98,  // 124: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
-	51,  // 125: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
-	53,  // 126: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
-	47,  // 127: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
-	109, // 128: corpus.v1.NodeAgentService.ListImages:output_type -> corpus.v1.ListImagesResponse
-	110, // 129: corpus.v1.NodeAgentService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
-	111, // 130: corpus.v1.NodeAgentService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
-	90,  // [90:131] is the sub-list for method output_type
-	49,  // [49:90] is the sub-list for method input_type
-	49,  // [49:49] is the sub-list for extension type_name
-	49,  // [49:49] is the sub-list for extension extendee
-	0,   // [0:49] is the sub-list for field type_name
+	63,  // 9: corpus.v1.LoadResponse.requests:type_name -> corpus.v1.LoadResponse.RequestsEntry
+	64,  // 10: corpus.v1.LoadResponse.errors:type_name -> corpus.v1.LoadResponse.ErrorsEntry
+	75,  // 11: corpus.v1.GitAccessResponse.project:type_name -> corpus.v1.Project
+	73,  // 12: corpus.v1.GitAccessResponse.env:type_name -> corpus.v1.ProjectEnv
+	74,  // 13: corpus.v1.GitAccessResponse.releases:type_name -> corpus.v1.Release
+	74,  // 14: corpus.v1.BeginReleaseResponse.release:type_name -> corpus.v1.Release
+	65,  // 15: corpus.v1.BeginReleaseResponse.config:type_name -> corpus.v1.BeginReleaseResponse.ConfigEntry
+	76,  // 16: corpus.v1.FinishReleaseRequest.steps:type_name -> corpus.v1.ReleaseStep
+	74,  // 17: corpus.v1.FinishReleaseResponse.release:type_name -> corpus.v1.Release
+	66,  // 18: corpus.v1.EnrollRequest.labels:type_name -> corpus.v1.EnrollRequest.LabelsEntry
+	77,  // 19: corpus.v1.EnrollRequest.capacity:type_name -> corpus.v1.Resources
+	78,  // 20: corpus.v1.EnrollRequest.drivers:type_name -> corpus.v1.DriverInfo
+	79,  // 21: corpus.v1.WatchResponse.node:type_name -> corpus.v1.Node
+	80,  // 22: corpus.v1.WatchResponse.guests:type_name -> corpus.v1.Guest
+	81,  // 23: corpus.v1.WatchResponse.routes:type_name -> corpus.v1.Route
+	82,  // 24: corpus.v1.WatchResponse.volumes:type_name -> corpus.v1.Volume
+	67,  // 25: corpus.v1.WatchResponse.guest_projects:type_name -> corpus.v1.WatchResponse.GuestProjectsEntry
+	68,  // 26: corpus.v1.WatchResponse.guest_services:type_name -> corpus.v1.WatchResponse.GuestServicesEntry
+	43,  // 27: corpus.v1.WatchResponse.service_reach:type_name -> corpus.v1.ServiceReach
+	83,  // 28: corpus.v1.WatchResponse.backups:type_name -> corpus.v1.Backup
+	69,  // 29: corpus.v1.WatchResponse.guest_waiting:type_name -> corpus.v1.WatchResponse.GuestWaitingEntry
+	39,  // 30: corpus.v1.WatchResponse.peers:type_name -> corpus.v1.PeerNode
+	84,  // 31: corpus.v1.WatchResponse.certificates:type_name -> corpus.v1.Certificate
+	38,  // 32: corpus.v1.WatchResponse.instances:type_name -> corpus.v1.InstanceAssignment
+	85,  // 33: corpus.v1.WatchResponse.restore:type_name -> corpus.v1.Restore
+	37,  // 34: corpus.v1.WatchResponse.trust:type_name -> corpus.v1.ClusterTrust
+	70,  // 35: corpus.v1.InstanceAssignment.scale:type_name -> corpus.v1.InstanceAssignment.ScaleEntry
+	86,  // 36: corpus.v1.InstanceAssignment.standby_until:type_name -> google.protobuf.Timestamp
+	77,  // 37: corpus.v1.ReportRequest.capacity:type_name -> corpus.v1.Resources
+	78,  // 38: corpus.v1.ReportRequest.drivers:type_name -> corpus.v1.DriverInfo
+	41,  // 39: corpus.v1.ReportRequest.guests:type_name -> corpus.v1.ReportedGuest
+	42,  // 40: corpus.v1.ReportRequest.volumes:type_name -> corpus.v1.ReportedVolume
+	87,  // 41: corpus.v1.ReportRequest.services:type_name -> corpus.v1.ReportedService
+	88,  // 42: corpus.v1.ReportRequest.orphans:type_name -> corpus.v1.OrphanGuest
+	89,  // 43: corpus.v1.ReportedGuest.observed:type_name -> corpus.v1.GuestObserved
+	90,  // 44: corpus.v1.ReportedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	91,  // 45: corpus.v1.ServiceRuntimeResponse.service:type_name -> corpus.v1.Service
+	71,  // 46: corpus.v1.ServiceRuntimeResponse.env:type_name -> corpus.v1.ServiceRuntimeResponse.EnvEntry
+	83,  // 47: corpus.v1.DumpServiceRequest.backup:type_name -> corpus.v1.Backup
+	83,  // 48: corpus.v1.ReadBackupRequest.backup:type_name -> corpus.v1.Backup
+	83,  // 49: corpus.v1.RemoveBackupRequest.backup:type_name -> corpus.v1.Backup
+	31,  // 50: corpus.v1.AgentService.Enroll:input_type -> corpus.v1.EnrollRequest
+	33,  // 51: corpus.v1.AgentService.RenewCertificate:input_type -> corpus.v1.RenewCertificateRequest
+	35,  // 52: corpus.v1.AgentService.Watch:input_type -> corpus.v1.WatchRequest
+	40,  // 53: corpus.v1.AgentService.Report:input_type -> corpus.v1.ReportRequest
+	19,  // 54: corpus.v1.AgentService.GitAccess:input_type -> corpus.v1.GitAccessRequest
+	23,  // 55: corpus.v1.AgentService.BeginRelease:input_type -> corpus.v1.BeginReleaseRequest
+	25,  // 56: corpus.v1.AgentService.FinishRelease:input_type -> corpus.v1.FinishReleaseRequest
+	27,  // 57: corpus.v1.AgentService.SetCurrentRelease:input_type -> corpus.v1.SetCurrentReleaseRequest
+	29,  // 58: corpus.v1.AgentService.PruneReleases:input_type -> corpus.v1.PruneReleasesRequest
+	17,  // 59: corpus.v1.AgentService.SetManifestDomains:input_type -> corpus.v1.SetManifestDomainsRequest
+	4,   // 60: corpus.v1.AgentService.SetWebPort:input_type -> corpus.v1.SetWebPortRequest
+	5,   // 61: corpus.v1.AgentService.RollInstance:input_type -> corpus.v1.RollInstanceRequest
+	6,   // 62: corpus.v1.AgentService.SwitchEnv:input_type -> corpus.v1.SwitchEnvRequest
+	9,   // 63: corpus.v1.AgentService.InstanceRelease:input_type -> corpus.v1.InstanceReleaseRequest
+	11,  // 64: corpus.v1.AgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	20,  // 65: corpus.v1.AgentService.RecordShell:input_type -> corpus.v1.RecordShellRequest
+	60,  // 66: corpus.v1.AgentService.LintPush:input_type -> corpus.v1.LintPushRequest
+	44,  // 67: corpus.v1.AgentService.ServiceRuntime:input_type -> corpus.v1.ServiceRuntimeRequest
+	0,   // 68: corpus.v1.AgentService.TlsMaterial:input_type -> corpus.v1.TlsMaterialRequest
+	92,  // 69: corpus.v1.AgentService.RegistryCredentials:input_type -> corpus.v1.RegistryCredentialsRequest
+	93,  // 70: corpus.v1.NodeAgentService.Exec:input_type -> corpus.v1.ExecGuestRequest
+	55,  // 71: corpus.v1.NodeAgentService.ExportVolume:input_type -> corpus.v1.ExportVolumeRequest
+	58,  // 72: corpus.v1.NodeAgentService.ImportVolume:input_type -> corpus.v1.VolumeChunk
+	94,  // 73: corpus.v1.NodeAgentService.SnapshotVolume:input_type -> corpus.v1.SnapshotVolumeRequest
+	56,  // 74: corpus.v1.NodeAgentService.MeasureVolume:input_type -> corpus.v1.MeasureVolumeRequest
+	95,  // 75: corpus.v1.NodeAgentService.Rollback:input_type -> corpus.v1.RollbackRequest
+	11,  // 76: corpus.v1.NodeAgentService.ReleaseSource:input_type -> corpus.v1.ReleaseSourceRequest
+	13,  // 77: corpus.v1.NodeAgentService.Load:input_type -> corpus.v1.LoadRequest
+	3,   // 78: corpus.v1.NodeAgentService.Redeploy:input_type -> corpus.v1.AgentRedeployRequest
+	96,  // 79: corpus.v1.NodeAgentService.Processes:input_type -> corpus.v1.ListProcessesRequest
+	97,  // 80: corpus.v1.NodeAgentService.Logs:input_type -> corpus.v1.GuestLogsRequest
+	98,  // 81: corpus.v1.NodeAgentService.Shell:input_type -> corpus.v1.ShellInput
+	49,  // 82: corpus.v1.NodeAgentService.DumpService:input_type -> corpus.v1.DumpServiceRequest
+	99,  // 83: corpus.v1.NodeAgentService.StoreBackup:input_type -> corpus.v1.BackupChunk
+	51,  // 84: corpus.v1.NodeAgentService.ReadBackup:input_type -> corpus.v1.ReadBackupRequest
+	99,  // 85: corpus.v1.NodeAgentService.LoadService:input_type -> corpus.v1.BackupChunk
+	53,  // 86: corpus.v1.NodeAgentService.RemoveBackup:input_type -> corpus.v1.RemoveBackupRequest
+	47,  // 87: corpus.v1.NodeAgentService.CheckChallenge:input_type -> corpus.v1.CheckChallengeRequest
+	100, // 88: corpus.v1.NodeAgentService.ListImages:input_type -> corpus.v1.ListImagesRequest
+	101, // 89: corpus.v1.NodeAgentService.RemoveImage:input_type -> corpus.v1.RemoveImageRequest
+	102, // 90: corpus.v1.NodeAgentService.PruneImages:input_type -> corpus.v1.PruneImagesRequest
+	32,  // 91: corpus.v1.AgentService.Enroll:output_type -> corpus.v1.EnrollResponse
+	34,  // 92: corpus.v1.AgentService.RenewCertificate:output_type -> corpus.v1.RenewCertificateResponse
+	36,  // 93: corpus.v1.AgentService.Watch:output_type -> corpus.v1.WatchResponse
+	46,  // 94: corpus.v1.AgentService.Report:output_type -> corpus.v1.ReportResponse
+	22,  // 95: corpus.v1.AgentService.GitAccess:output_type -> corpus.v1.GitAccessResponse
+	24,  // 96: corpus.v1.AgentService.BeginRelease:output_type -> corpus.v1.BeginReleaseResponse
+	26,  // 97: corpus.v1.AgentService.FinishRelease:output_type -> corpus.v1.FinishReleaseResponse
+	28,  // 98: corpus.v1.AgentService.SetCurrentRelease:output_type -> corpus.v1.SetCurrentReleaseResponse
+	30,  // 99: corpus.v1.AgentService.PruneReleases:output_type -> corpus.v1.PruneReleasesResponse
+	18,  // 100: corpus.v1.AgentService.SetManifestDomains:output_type -> corpus.v1.SetManifestDomainsResponse
+	16,  // 101: corpus.v1.AgentService.SetWebPort:output_type -> corpus.v1.SetWebPortResponse
+	8,   // 102: corpus.v1.AgentService.RollInstance:output_type -> corpus.v1.RollInstanceResponse
+	7,   // 103: corpus.v1.AgentService.SwitchEnv:output_type -> corpus.v1.SwitchEnvResponse
+	10,  // 104: corpus.v1.AgentService.InstanceRelease:output_type -> corpus.v1.InstanceReleaseResponse
+	12,  // 105: corpus.v1.AgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	21,  // 106: corpus.v1.AgentService.RecordShell:output_type -> corpus.v1.RecordShellResponse
+	61,  // 107: corpus.v1.AgentService.LintPush:output_type -> corpus.v1.LintPushResponse
+	45,  // 108: corpus.v1.AgentService.ServiceRuntime:output_type -> corpus.v1.ServiceRuntimeResponse
+	1,   // 109: corpus.v1.AgentService.TlsMaterial:output_type -> corpus.v1.TlsMaterialResponse
+	103, // 110: corpus.v1.AgentService.RegistryCredentials:output_type -> corpus.v1.RegistryCredentialsResponse
+	104, // 111: corpus.v1.NodeAgentService.Exec:output_type -> corpus.v1.ExecOutput
+	58,  // 112: corpus.v1.NodeAgentService.ExportVolume:output_type -> corpus.v1.VolumeChunk
+	59,  // 113: corpus.v1.NodeAgentService.ImportVolume:output_type -> corpus.v1.ImportVolumeResponse
+	105, // 114: corpus.v1.NodeAgentService.SnapshotVolume:output_type -> corpus.v1.SnapshotVolumeResponse
+	57,  // 115: corpus.v1.NodeAgentService.MeasureVolume:output_type -> corpus.v1.MeasureVolumeResponse
+	106, // 116: corpus.v1.NodeAgentService.Rollback:output_type -> corpus.v1.RollbackOutput
+	12,  // 117: corpus.v1.NodeAgentService.ReleaseSource:output_type -> corpus.v1.SourceChunk
+	14,  // 118: corpus.v1.NodeAgentService.Load:output_type -> corpus.v1.LoadResponse
+	107, // 119: corpus.v1.NodeAgentService.Redeploy:output_type -> corpus.v1.DeployOutput
+	108, // 120: corpus.v1.NodeAgentService.Processes:output_type -> corpus.v1.ListProcessesResponse
+	109, // 121: corpus.v1.NodeAgentService.Logs:output_type -> corpus.v1.LogLine
+	104, // 122: corpus.v1.NodeAgentService.Shell:output_type -> corpus.v1.ExecOutput
+	99,  // 123: corpus.v1.NodeAgentService.DumpService:output_type -> corpus.v1.BackupChunk
+	50,  // 124: corpus.v1.NodeAgentService.StoreBackup:output_type -> corpus.v1.StoreBackupResponse
+	99,  // 125: corpus.v1.NodeAgentService.ReadBackup:output_type -> corpus.v1.BackupChunk
+	52,  // 126: corpus.v1.NodeAgentService.LoadService:output_type -> corpus.v1.LoadServiceResponse
+	54,  // 127: corpus.v1.NodeAgentService.RemoveBackup:output_type -> corpus.v1.RemoveBackupResponse
+	48,  // 128: corpus.v1.NodeAgentService.CheckChallenge:output_type -> corpus.v1.CheckChallengeResponse
+	110, // 129: corpus.v1.NodeAgentService.ListImages:output_type -> corpus.v1.ListImagesResponse
+	111, // 130: corpus.v1.NodeAgentService.RemoveImage:output_type -> corpus.v1.RemoveImageResponse
+	112, // 131: corpus.v1.NodeAgentService.PruneImages:output_type -> corpus.v1.PruneImagesResponse
+	91,  // [91:132] is the sub-list for method output_type
+	50,  // [50:91] is the sub-list for method input_type
+	50,  // [50:50] is the sub-list for extension type_name
+	50,  // [50:50] is the sub-list for extension extendee
+	0,   // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_agent_proto_init() }
@@ -4573,7 +4647,7 @@ func file_corpus_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_agent_proto_rawDesc), len(file_corpus_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -14,6 +14,7 @@ package corpusv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1255,6 +1256,448 @@ func (x *StatusResponse) GetReplicas() []*RaftPeer {
 	return nil
 }
 
+type RotateCaRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// finish ends the rotation in progress now: components still holding
+	// certificates of the old CA are left out (a node then joins again
+	// with a new join token).
+	Finish bool `protobuf:"varint,1,opt,name=finish,proto3" json:"finish,omitempty"`
+	// abort cancels the rotation in progress, in its trust phase.
+	Abort         bool `protobuf:"varint,2,opt,name=abort,proto3" json:"abort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateCaRequest) Reset() {
+	*x = RotateCaRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateCaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateCaRequest) ProtoMessage() {}
+
+func (x *RotateCaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateCaRequest.ProtoReflect.Descriptor instead.
+func (*RotateCaRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RotateCaRequest) GetFinish() bool {
+	if x != nil {
+		return x.Finish
+	}
+	return false
+}
+
+func (x *RotateCaRequest) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
+type RotateCaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CaStatus              `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateCaResponse) Reset() {
+	*x = RotateCaResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateCaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateCaResponse) ProtoMessage() {}
+
+func (x *RotateCaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateCaResponse.ProtoReflect.Descriptor instead.
+func (*RotateCaResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RotateCaResponse) GetStatus() *CaStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type CaStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaStatusRequest) Reset() {
+	*x = CaStatusRequest{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaStatusRequest) ProtoMessage() {}
+
+func (x *CaStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaStatusRequest.ProtoReflect.Descriptor instead.
+func (*CaStatusRequest) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{25}
+}
+
+type CaStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CaStatus              `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaStatusResponse) Reset() {
+	*x = CaStatusResponse{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaStatusResponse) ProtoMessage() {}
+
+func (x *CaStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaStatusResponse.ProtoReflect.Descriptor instead.
+func (*CaStatusResponse) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CaStatusResponse) GetStatus() *CaStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// CaStatus is the cluster CA and the rotation in progress, if any.
+type CaStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Current *CaInfo                `protobuf:"bytes,1,opt,name=current,proto3" json:"current,omitempty"`
+	// next is the CA a rotation in progress moves to.
+	Next      *CaInfo                `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	StartedBy string                 `protobuf:"bytes,4,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
+	// phase is the rotation's ("trust", "sign"); "" when none runs.
+	Phase string `protobuf:"bytes,8,opt,name=phase,proto3" json:"phase,omitempty"`
+	// replicas and nodes say which CA each one's certificate is from,
+	// and whether it trusts the new one.
+	Replicas []*CaHolder `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Nodes    []*CaHolder `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// trusted_pem is every CA trusted now: what clients should trust.
+	TrustedPem    string `protobuf:"bytes,7,opt,name=trusted_pem,json=trustedPem,proto3" json:"trusted_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaStatus) Reset() {
+	*x = CaStatus{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaStatus) ProtoMessage() {}
+
+func (x *CaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaStatus.ProtoReflect.Descriptor instead.
+func (*CaStatus) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CaStatus) GetCurrent() *CaInfo {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *CaStatus) GetNext() *CaInfo {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *CaStatus) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *CaStatus) GetStartedBy() string {
+	if x != nil {
+		return x.StartedBy
+	}
+	return ""
+}
+
+func (x *CaStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *CaStatus) GetReplicas() []*CaHolder {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *CaStatus) GetNodes() []*CaHolder {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *CaStatus) GetTrustedPem() string {
+	if x != nil {
+		return x.TrustedPem
+	}
+	return ""
+}
+
+type CaInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pin           string                 `protobuf:"bytes,1,opt,name=pin,proto3" json:"pin,omitempty"`
+	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaInfo) Reset() {
+	*x = CaInfo{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaInfo) ProtoMessage() {}
+
+func (x *CaInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaInfo.ProtoReflect.Descriptor instead.
+func (*CaInfo) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CaInfo) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+func (x *CaInfo) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *CaInfo) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *CaInfo) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+// CaHolder is a replica or node and the CA its certificate is from.
+type CaHolder struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// ca_pin is the issuing CA's pin ("" when not known: not recorded).
+	CaPin string `protobuf:"bytes,3,opt,name=ca_pin,json=caPin,proto3" json:"ca_pin,omitempty"`
+	// trusts: it trusts the new CA; moved: its certificate is from it.
+	Moved  bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
+	Trusts bool `protobuf:"varint,6,opt,name=trusts,proto3" json:"trusts,omitempty"`
+	// status is a node's status ("ready", "down").
+	Status        string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaHolder) Reset() {
+	*x = CaHolder{}
+	mi := &file_corpus_v1_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaHolder) ProtoMessage() {}
+
+func (x *CaHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaHolder.ProtoReflect.Descriptor instead.
+func (*CaHolder) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CaHolder) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CaHolder) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CaHolder) GetCaPin() string {
+	if x != nil {
+		return x.CaPin
+	}
+	return ""
+}
+
+func (x *CaHolder) GetMoved() bool {
+	if x != nil {
+		return x.Moved
+	}
+	return false
+}
+
+func (x *CaHolder) GetTrusts() bool {
+	if x != nil {
+		return x.Trusts
+	}
+	return false
+}
+
+func (x *CaHolder) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 type RotateKeyringRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1263,7 +1706,7 @@ type RotateKeyringRequest struct {
 
 func (x *RotateKeyringRequest) Reset() {
 	*x = RotateKeyringRequest{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1718,7 @@ func (x *RotateKeyringRequest) String() string {
 func (*RotateKeyringRequest) ProtoMessage() {}
 
 func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[23]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1731,7 @@ func (x *RotateKeyringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyringRequest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 type RotateKeyringResponse struct {
@@ -1305,7 +1748,7 @@ type RotateKeyringResponse struct {
 
 func (x *RotateKeyringResponse) Reset() {
 	*x = RotateKeyringResponse{}
-	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1760,7 @@ func (x *RotateKeyringResponse) String() string {
 func (*RotateKeyringResponse) ProtoMessage() {}
 
 func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_cluster_proto_msgTypes[24]
+	mi := &file_corpus_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1773,7 @@ func (x *RotateKeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyringResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyringResponse) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RotateKeyringResponse) GetPrimary() string {
@@ -1358,7 +1801,7 @@ var File_corpus_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17corpus/v1/cluster.proto\x12\tcorpus.v1\"Q\n" +
+	"\x17corpus/v1/cluster.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\vWaitRequest\x12\x1f\n" +
 	"\vafter_index\x18\x01 \x01(\x04R\n" +
 	"afterIndex\x12!\n" +
@@ -1439,12 +1882,45 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\areplica\x18\t \x01(\tR\areplica\x12'\n" +
 	"\x0fcluster_version\x18\n" +
 	" \x01(\tR\x0eclusterVersion\x12/\n" +
-	"\breplicas\x18\v \x03(\v2\x13.corpus.v1.RaftPeerR\breplicas\"\x16\n" +
+	"\breplicas\x18\v \x03(\v2\x13.corpus.v1.RaftPeerR\breplicas\"?\n" +
+	"\x0fRotateCaRequest\x12\x16\n" +
+	"\x06finish\x18\x01 \x01(\bR\x06finish\x12\x14\n" +
+	"\x05abort\x18\x02 \x01(\bR\x05abort\"?\n" +
+	"\x10RotateCaResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.corpus.v1.CaStatusR\x06status\"\x11\n" +
+	"\x0fCaStatusRequest\"?\n" +
+	"\x10CaStatusResponse\x12+\n" +
+	"\x06status\x18\x01 \x01(\v2\x13.corpus.v1.CaStatusR\x06status\"\xcb\x02\n" +
+	"\bCaStatus\x12+\n" +
+	"\acurrent\x18\x01 \x01(\v2\x11.corpus.v1.CaInfoR\acurrent\x12%\n" +
+	"\x04next\x18\x02 \x01(\v2\x11.corpus.v1.CaInfoR\x04next\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x1d\n" +
+	"\n" +
+	"started_by\x18\x04 \x01(\tR\tstartedBy\x12\x14\n" +
+	"\x05phase\x18\b \x01(\tR\x05phase\x12/\n" +
+	"\breplicas\x18\x05 \x03(\v2\x13.corpus.v1.CaHolderR\breplicas\x12)\n" +
+	"\x05nodes\x18\x06 \x03(\v2\x13.corpus.v1.CaHolderR\x05nodes\x12\x1f\n" +
+	"\vtrusted_pem\x18\a \x01(\tR\n" +
+	"trustedPem\"\xa8\x01\n" +
+	"\x06CaInfo\x12\x10\n" +
+	"\x03pin\x18\x01 \x01(\tR\x03pin\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x129\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\tnot_after\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"\x8b\x01\n" +
+	"\bCaHolder\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x15\n" +
+	"\x06ca_pin\x18\x03 \x01(\tR\x05caPin\x12\x14\n" +
+	"\x05moved\x18\x04 \x01(\bR\x05moved\x12\x16\n" +
+	"\x06trusts\x18\x06 \x01(\bR\x06trusts\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\"\x16\n" +
 	"\x14RotateKeyringRequest\"i\n" +
 	"\x15RotateKeyringResponse\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\tR\bprevious\x12\x1a\n" +
-	"\bresealed\x18\x03 \x01(\x05R\bresealed2\x97\x06\n" +
+	"\bresealed\x18\x03 \x01(\x05R\bresealed2\xa6\a\n" +
 	"\x0eClusterService\x12B\n" +
 	"\x06Status\x12\x18.corpus.v1.StatusRequest\x1a\x19.corpus.v1.StatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Peer\x12\x16.corpus.v1.PeerRequest\x1a\x17.corpus.v1.PeerResponse\"\x03\x90\x02\x01\x12:\n" +
@@ -1454,7 +1930,9 @@ const file_corpus_v1_cluster_proto_rawDesc = "" +
 	"\tRaftPeers\x12\x1b.corpus.v1.RaftPeersRequest\x1a\x1c.corpus.v1.RaftPeersResponse\"\x03\x90\x02\x01\x12L\n" +
 	"\vAddRaftPeer\x12\x1d.corpus.v1.AddRaftPeerRequest\x1a\x1e.corpus.v1.AddRaftPeerResponse\x12U\n" +
 	"\x0eRemoveRaftPeer\x12 .corpus.v1.RemoveRaftPeerRequest\x1a!.corpus.v1.RemoveRaftPeerResponse\x12R\n" +
-	"\rRotateKeyring\x12\x1f.corpus.v1.RotateKeyringRequest\x1a .corpus.v1.RotateKeyringResponse\x12<\n" +
+	"\rRotateKeyring\x12\x1f.corpus.v1.RotateKeyringRequest\x1a .corpus.v1.RotateKeyringResponse\x12C\n" +
+	"\bRotateCa\x12\x1a.corpus.v1.RotateCaRequest\x1a\x1b.corpus.v1.RotateCaResponse\x12H\n" +
+	"\bCaStatus\x12\x1a.corpus.v1.CaStatusRequest\x1a\x1b.corpus.v1.CaStatusResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04Wait\x12\x16.corpus.v1.WaitRequest\x1a\x17.corpus.v1.WaitResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06Series\x12\x18.corpus.v1.SeriesRequest\x1a\x19.corpus.v1.SeriesResponse\"\x03\x90\x02\x01B!Z\x1fcorpus/proto/corpus/v1;corpusv1b\x06proto3"
 
@@ -1470,7 +1948,7 @@ func file_corpus_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_cluster_proto_rawDescData
 }
 
-var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_corpus_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*WaitRequest)(nil),            // 0: corpus.v1.WaitRequest
 	(*WaitResponse)(nil),           // 1: corpus.v1.WaitResponse
@@ -1495,43 +1973,64 @@ var file_corpus_v1_cluster_proto_goTypes = []any{
 	(*RemoveRaftPeerResponse)(nil), // 20: corpus.v1.RemoveRaftPeerResponse
 	(*StatusRequest)(nil),          // 21: corpus.v1.StatusRequest
 	(*StatusResponse)(nil),         // 22: corpus.v1.StatusResponse
-	(*RotateKeyringRequest)(nil),   // 23: corpus.v1.RotateKeyringRequest
-	(*RotateKeyringResponse)(nil),  // 24: corpus.v1.RotateKeyringResponse
-	nil,                            // 25: corpus.v1.Series.LabelsEntry
+	(*RotateCaRequest)(nil),        // 23: corpus.v1.RotateCaRequest
+	(*RotateCaResponse)(nil),       // 24: corpus.v1.RotateCaResponse
+	(*CaStatusRequest)(nil),        // 25: corpus.v1.CaStatusRequest
+	(*CaStatusResponse)(nil),       // 26: corpus.v1.CaStatusResponse
+	(*CaStatus)(nil),               // 27: corpus.v1.CaStatus
+	(*CaInfo)(nil),                 // 28: corpus.v1.CaInfo
+	(*CaHolder)(nil),               // 29: corpus.v1.CaHolder
+	(*RotateKeyringRequest)(nil),   // 30: corpus.v1.RotateKeyringRequest
+	(*RotateKeyringResponse)(nil),  // 31: corpus.v1.RotateKeyringResponse
+	nil,                            // 32: corpus.v1.Series.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
 }
 var file_corpus_v1_cluster_proto_depIdxs = []int32{
 	4,  // 0: corpus.v1.SeriesResponse.series:type_name -> corpus.v1.Series
-	25, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
+	32, // 1: corpus.v1.Series.labels:type_name -> corpus.v1.Series.LabelsEntry
 	5,  // 2: corpus.v1.Series.points:type_name -> corpus.v1.SeriesPoint
 	15, // 3: corpus.v1.RaftPeersResponse.peers:type_name -> corpus.v1.RaftPeer
 	15, // 4: corpus.v1.StatusResponse.replicas:type_name -> corpus.v1.RaftPeer
-	21, // 5: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
-	6,  // 6: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
-	8,  // 7: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
-	12, // 8: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
-	10, // 9: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
-	14, // 10: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
-	17, // 11: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
-	19, // 12: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
-	23, // 13: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
-	0,  // 14: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
-	2,  // 15: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
-	22, // 16: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
-	7,  // 17: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
-	9,  // 18: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
-	13, // 19: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
-	11, // 20: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
-	16, // 21: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
-	18, // 22: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
-	20, // 23: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
-	24, // 24: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
-	1,  // 25: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
-	3,  // 26: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
-	16, // [16:27] is the sub-list for method output_type
-	5,  // [5:16] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	27, // 5: corpus.v1.RotateCaResponse.status:type_name -> corpus.v1.CaStatus
+	27, // 6: corpus.v1.CaStatusResponse.status:type_name -> corpus.v1.CaStatus
+	28, // 7: corpus.v1.CaStatus.current:type_name -> corpus.v1.CaInfo
+	28, // 8: corpus.v1.CaStatus.next:type_name -> corpus.v1.CaInfo
+	33, // 9: corpus.v1.CaStatus.started_at:type_name -> google.protobuf.Timestamp
+	29, // 10: corpus.v1.CaStatus.replicas:type_name -> corpus.v1.CaHolder
+	29, // 11: corpus.v1.CaStatus.nodes:type_name -> corpus.v1.CaHolder
+	33, // 12: corpus.v1.CaInfo.not_before:type_name -> google.protobuf.Timestamp
+	33, // 13: corpus.v1.CaInfo.not_after:type_name -> google.protobuf.Timestamp
+	21, // 14: corpus.v1.ClusterService.Status:input_type -> corpus.v1.StatusRequest
+	6,  // 15: corpus.v1.ClusterService.Peer:input_type -> corpus.v1.PeerRequest
+	8,  // 16: corpus.v1.ClusterService.Apply:input_type -> corpus.v1.ApplyRequest
+	12, // 17: corpus.v1.ClusterService.Seen:input_type -> corpus.v1.SeenRequest
+	10, // 18: corpus.v1.ClusterService.ReadIndex:input_type -> corpus.v1.ReadIndexRequest
+	14, // 19: corpus.v1.ClusterService.RaftPeers:input_type -> corpus.v1.RaftPeersRequest
+	17, // 20: corpus.v1.ClusterService.AddRaftPeer:input_type -> corpus.v1.AddRaftPeerRequest
+	19, // 21: corpus.v1.ClusterService.RemoveRaftPeer:input_type -> corpus.v1.RemoveRaftPeerRequest
+	30, // 22: corpus.v1.ClusterService.RotateKeyring:input_type -> corpus.v1.RotateKeyringRequest
+	23, // 23: corpus.v1.ClusterService.RotateCa:input_type -> corpus.v1.RotateCaRequest
+	25, // 24: corpus.v1.ClusterService.CaStatus:input_type -> corpus.v1.CaStatusRequest
+	0,  // 25: corpus.v1.ClusterService.Wait:input_type -> corpus.v1.WaitRequest
+	2,  // 26: corpus.v1.ClusterService.Series:input_type -> corpus.v1.SeriesRequest
+	22, // 27: corpus.v1.ClusterService.Status:output_type -> corpus.v1.StatusResponse
+	7,  // 28: corpus.v1.ClusterService.Peer:output_type -> corpus.v1.PeerResponse
+	9,  // 29: corpus.v1.ClusterService.Apply:output_type -> corpus.v1.ApplyResponse
+	13, // 30: corpus.v1.ClusterService.Seen:output_type -> corpus.v1.SeenResponse
+	11, // 31: corpus.v1.ClusterService.ReadIndex:output_type -> corpus.v1.ReadIndexResponse
+	16, // 32: corpus.v1.ClusterService.RaftPeers:output_type -> corpus.v1.RaftPeersResponse
+	18, // 33: corpus.v1.ClusterService.AddRaftPeer:output_type -> corpus.v1.AddRaftPeerResponse
+	20, // 34: corpus.v1.ClusterService.RemoveRaftPeer:output_type -> corpus.v1.RemoveRaftPeerResponse
+	31, // 35: corpus.v1.ClusterService.RotateKeyring:output_type -> corpus.v1.RotateKeyringResponse
+	24, // 36: corpus.v1.ClusterService.RotateCa:output_type -> corpus.v1.RotateCaResponse
+	26, // 37: corpus.v1.ClusterService.CaStatus:output_type -> corpus.v1.CaStatusResponse
+	1,  // 38: corpus.v1.ClusterService.Wait:output_type -> corpus.v1.WaitResponse
+	3,  // 39: corpus.v1.ClusterService.Series:output_type -> corpus.v1.SeriesResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_cluster_proto_init() }
@@ -1545,7 +2044,7 @@ func file_corpus_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_cluster_proto_rawDesc), len(file_corpus_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -117,6 +117,10 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_PutRegistryLogin
 	//	*Command_DeleteRegistryLogin
+	//	*Command_StartCaRotation
+	//	*Command_FinishCaRotation
+	//	*Command_AbortCaRotation
+	//	*Command_AdvanceCaRotation
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -833,6 +837,42 @@ func (x *Command) GetDeleteRegistryLogin() *DeleteRegistryLogin {
 	return nil
 }
 
+func (x *Command) GetStartCaRotation() *StartCaRotation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_StartCaRotation); ok {
+			return x.StartCaRotation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishCaRotation() *FinishCaRotation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_FinishCaRotation); ok {
+			return x.FinishCaRotation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAbortCaRotation() *AbortCaRotation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AbortCaRotation); ok {
+			return x.AbortCaRotation
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAdvanceCaRotation() *AdvanceCaRotation {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AdvanceCaRotation); ok {
+			return x.AdvanceCaRotation
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1121,6 +1161,22 @@ type Command_DeleteRegistryLogin struct {
 	DeleteRegistryLogin *DeleteRegistryLogin `protobuf:"bytes,234,opt,name=delete_registry_login,json=deleteRegistryLogin,proto3,oneof"`
 }
 
+type Command_StartCaRotation struct {
+	StartCaRotation *StartCaRotation `protobuf:"bytes,235,opt,name=start_ca_rotation,json=startCaRotation,proto3,oneof"`
+}
+
+type Command_FinishCaRotation struct {
+	FinishCaRotation *FinishCaRotation `protobuf:"bytes,236,opt,name=finish_ca_rotation,json=finishCaRotation,proto3,oneof"`
+}
+
+type Command_AbortCaRotation struct {
+	AbortCaRotation *AbortCaRotation `protobuf:"bytes,237,opt,name=abort_ca_rotation,json=abortCaRotation,proto3,oneof"`
+}
+
+type Command_AdvanceCaRotation struct {
+	AdvanceCaRotation *AdvanceCaRotation `protobuf:"bytes,238,opt,name=advance_ca_rotation,json=advanceCaRotation,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1262,6 +1318,14 @@ func (*Command_Batch) isCommand_Cmd() {}
 func (*Command_PutRegistryLogin) isCommand_Cmd() {}
 
 func (*Command_DeleteRegistryLogin) isCommand_Cmd() {}
+
+func (*Command_StartCaRotation) isCommand_Cmd() {}
+
+func (*Command_FinishCaRotation) isCommand_Cmd() {}
+
+func (*Command_AbortCaRotation) isCommand_Cmd() {}
+
+func (*Command_AdvanceCaRotation) isCommand_Cmd() {}
 
 // TouchUserTokens records when (and from where) tokens were last used:
 // each replica coalesces its calls' uses in memory and proposes one of
@@ -1704,10 +1768,14 @@ func (x *EnrollNode) GetNode() *Node {
 // RenewNodeCertificate records a node's new certificate; the one it
 // replaces stays valid until it expires.
 type RenewNodeCertificate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	NodeId    string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial    string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// ca_pin is the pin of the CA that issued it (Node.cert_ca_pin);
+	// trusted_ca_pins those of the CAs the node was given to trust.
+	CaPin         string   `protobuf:"bytes,4,opt,name=ca_pin,json=caPin,proto3" json:"ca_pin,omitempty"`
+	TrustedCaPins []string `protobuf:"bytes,5,rep,name=trusted_ca_pins,json=trustedCaPins,proto3" json:"trusted_ca_pins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1763,6 +1831,222 @@ func (x *RenewNodeCertificate) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RenewNodeCertificate) GetCaPin() string {
+	if x != nil {
+		return x.CaPin
+	}
+	return ""
+}
+
+func (x *RenewNodeCertificate) GetTrustedCaPins() []string {
+	if x != nil {
+		return x.TrustedCaPins
+	}
+	return nil
+}
+
+// StartCaRotation starts a rotation of the cluster CA; refused while one
+// runs, or when the cluster CA is no longer old_cert_pem. Since v0.2.
+type StartCaRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OldCertPem    string                 `protobuf:"bytes,1,opt,name=old_cert_pem,json=oldCertPem,proto3" json:"old_cert_pem,omitempty"`
+	Rotation      *CaRotation            `protobuf:"bytes,2,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartCaRotation) Reset() {
+	*x = StartCaRotation{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartCaRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartCaRotation) ProtoMessage() {}
+
+func (x *StartCaRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartCaRotation.ProtoReflect.Descriptor instead.
+func (*StartCaRotation) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StartCaRotation) GetOldCertPem() string {
+	if x != nil {
+		return x.OldCertPem
+	}
+	return ""
+}
+
+func (x *StartCaRotation) GetRotation() *CaRotation {
+	if x != nil {
+		return x.Rotation
+	}
+	return nil
+}
+
+// FinishCaRotation makes the rotation's CA the cluster CA, the only one
+// trusted, and replaces the keyring's wrapped keys with keyring's (the
+// same keys wrapped for the new CA). Refused unless the rotation to the
+// CA of pin runs and keyring holds the keyring's keys. Since v0.2.
+type FinishCaRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pin           string                 `protobuf:"bytes,1,opt,name=pin,proto3" json:"pin,omitempty"`
+	Keyring       *Keyring               `protobuf:"bytes,2,opt,name=keyring,proto3" json:"keyring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishCaRotation) Reset() {
+	*x = FinishCaRotation{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishCaRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishCaRotation) ProtoMessage() {}
+
+func (x *FinishCaRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishCaRotation.ProtoReflect.Descriptor instead.
+func (*FinishCaRotation) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FinishCaRotation) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+func (x *FinishCaRotation) GetKeyring() *Keyring {
+	if x != nil {
+		return x.Keyring
+	}
+	return nil
+}
+
+// AdvanceCaRotation moves the rotation to the CA of pin from its trust
+// phase to its sign phase. Since v0.2.
+type AdvanceCaRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pin           string                 `protobuf:"bytes,1,opt,name=pin,proto3" json:"pin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvanceCaRotation) Reset() {
+	*x = AdvanceCaRotation{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceCaRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceCaRotation) ProtoMessage() {}
+
+func (x *AdvanceCaRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceCaRotation.ProtoReflect.Descriptor instead.
+func (*AdvanceCaRotation) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AdvanceCaRotation) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
+// AbortCaRotation ends the rotation to the CA of pin in its trust
+// phase: the old CA stays the only one. Since v0.2.
+type AbortCaRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pin           string                 `protobuf:"bytes,1,opt,name=pin,proto3" json:"pin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortCaRotation) Reset() {
+	*x = AbortCaRotation{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortCaRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortCaRotation) ProtoMessage() {}
+
+func (x *AbortCaRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortCaRotation.ProtoReflect.Descriptor instead.
+func (*AbortCaRotation) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AbortCaRotation) GetPin() string {
+	if x != nil {
+		return x.Pin
+	}
+	return ""
+}
+
 // UpdateNode replaces what an agent reports of its node.
 type UpdateNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1782,7 +2066,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2078,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2091,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -1890,7 +2174,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2186,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2199,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -1941,7 +2225,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2237,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2250,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -1990,7 +2274,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2286,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2299,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -2054,7 +2338,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2350,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2363,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -2126,7 +2410,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2422,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2435,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -2176,7 +2460,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2472,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2485,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -2236,7 +2520,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2532,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2545,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -2289,7 +2573,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2585,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2598,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -2341,7 +2625,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2637,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2650,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -2385,7 +2669,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2681,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2694,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -2432,7 +2716,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2728,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2741,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -2490,7 +2774,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2786,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2799,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -2534,7 +2818,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2830,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2843,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -2579,7 +2863,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2875,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2888,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2625,7 +2909,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2921,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2934,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -2679,7 +2963,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2975,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2988,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -2734,7 +3018,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +3030,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +3043,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -2794,7 +3078,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3090,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3103,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -2845,7 +3129,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3141,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3154,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2901,7 +3185,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3197,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3210,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -2973,7 +3257,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3269,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3282,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -3019,7 +3303,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3315,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3328,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -3071,7 +3355,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3367,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3380,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -3131,7 +3415,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3427,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3440,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -3217,7 +3501,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3513,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3526,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -3278,7 +3562,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3574,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3587,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrantProject) GetName() string {
@@ -3339,7 +3623,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3635,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3648,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -3391,7 +3675,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3687,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3700,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -3482,7 +3766,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3778,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3791,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -3551,7 +3835,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3847,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3860,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -3624,7 +3908,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3920,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3933,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -3697,7 +3981,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3993,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +4006,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -3742,7 +4026,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +4038,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +4051,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -3787,7 +4071,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +4083,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +4096,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -3832,7 +4116,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4128,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4141,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -3877,7 +4161,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3889,7 +4173,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3902,7 +4186,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -3955,7 +4239,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4251,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4264,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4170,7 +4454,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4466,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4479,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetClusterVersion) GetVersion() string {
@@ -4218,7 +4502,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4230,7 +4514,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4243,7 +4527,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -4269,7 +4553,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4565,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4578,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -4315,7 +4599,7 @@ type PutRegistryLogin struct {
 
 func (x *PutRegistryLogin) Reset() {
 	*x = PutRegistryLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4611,7 @@ func (x *PutRegistryLogin) String() string {
 func (*PutRegistryLogin) ProtoMessage() {}
 
 func (x *PutRegistryLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4624,7 @@ func (x *PutRegistryLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRegistryLogin.ProtoReflect.Descriptor instead.
 func (*PutRegistryLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PutRegistryLogin) GetLogin() *RegistryLogin {
@@ -4361,7 +4645,7 @@ type DeleteRegistryLogin struct {
 
 func (x *DeleteRegistryLogin) Reset() {
 	*x = DeleteRegistryLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4657,7 @@ func (x *DeleteRegistryLogin) String() string {
 func (*DeleteRegistryLogin) ProtoMessage() {}
 
 func (x *DeleteRegistryLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4670,7 @@ func (x *DeleteRegistryLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRegistryLogin.ProtoReflect.Descriptor instead.
 func (*DeleteRegistryLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteRegistryLogin) GetHost() string {
@@ -4410,7 +4694,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4706,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4719,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4483,7 +4767,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4779,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4792,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4567,7 +4851,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4863,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4876,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4674,7 +4958,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +4970,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +4983,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -4762,7 +5046,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +5058,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +5071,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -4874,7 +5158,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4886,7 +5170,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4899,7 +5183,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -4945,7 +5229,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5241,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5254,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -5031,7 +5315,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5043,7 +5327,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5056,7 +5340,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -5138,7 +5422,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5150,7 +5434,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5163,7 +5447,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -5199,7 +5483,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5211,7 +5495,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5224,7 +5508,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -5255,7 +5539,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5267,7 +5551,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5280,7 +5564,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -5318,7 +5602,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5330,7 +5614,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5343,7 +5627,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LinkService) GetService() string {
@@ -5379,7 +5663,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5675,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5688,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5440,7 +5724,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5452,7 +5736,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5465,7 +5749,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5500,7 +5784,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5512,7 +5796,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5525,7 +5809,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5552,7 +5836,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5564,7 +5848,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5577,7 +5861,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5601,7 +5885,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5613,7 +5897,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5626,7 +5910,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5674,7 +5958,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5686,7 +5970,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5699,7 +5983,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -5727,7 +6011,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5739,7 +6023,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5752,7 +6036,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -5788,7 +6072,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5800,7 +6084,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5813,7 +6097,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -5857,7 +6141,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5869,7 +6153,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5882,7 +6166,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -5914,7 +6198,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5926,7 +6210,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5939,7 +6223,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -5965,7 +6249,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[75]
+	mi := &file_corpus_v1_raft_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5977,7 +6261,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[75]
+	mi := &file_corpus_v1_raft_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5990,7 +6274,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -6013,7 +6297,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[76]
+	mi := &file_corpus_v1_raft_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6025,7 +6309,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[76]
+	mi := &file_corpus_v1_raft_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6038,7 +6322,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -6073,7 +6357,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\x1a\x1acorpus/v1/registries.proto\"\xba&\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\x1a\x1acorpus/v1/registries.proto\"\xef(\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -6164,7 +6448,11 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x11touch_user_tokens\x18\xe7\x01 \x01(\v2\x1a.corpus.v1.TouchUserTokensH\x00R\x0ftouchUserTokens\x12)\n" +
 	"\x05batch\x18\xe8\x01 \x01(\v2\x10.corpus.v1.BatchH\x00R\x05batch\x12L\n" +
 	"\x12put_registry_login\x18\xe9\x01 \x01(\v2\x1b.corpus.v1.PutRegistryLoginH\x00R\x10putRegistryLogin\x12U\n" +
-	"\x15delete_registry_login\x18\xea\x01 \x01(\v2\x1e.corpus.v1.DeleteRegistryLoginH\x00R\x13deleteRegistryLoginB\x05\n" +
+	"\x15delete_registry_login\x18\xea\x01 \x01(\v2\x1e.corpus.v1.DeleteRegistryLoginH\x00R\x13deleteRegistryLogin\x12I\n" +
+	"\x11start_ca_rotation\x18\xeb\x01 \x01(\v2\x1a.corpus.v1.StartCaRotationH\x00R\x0fstartCaRotation\x12L\n" +
+	"\x12finish_ca_rotation\x18\xec\x01 \x01(\v2\x1b.corpus.v1.FinishCaRotationH\x00R\x10finishCaRotation\x12I\n" +
+	"\x11abort_ca_rotation\x18\xed\x01 \x01(\v2\x1a.corpus.v1.AbortCaRotationH\x00R\x0fabortCaRotation\x12O\n" +
+	"\x13advance_ca_rotation\x18\xee\x01 \x01(\v2\x1c.corpus.v1.AdvanceCaRotationH\x00R\x11advanceCaRotationB\x05\n" +
 	"\x03cmd\"j\n" +
 	"\x0fTouchUserTokens\x12'\n" +
 	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\x12.\n" +
@@ -6190,12 +6478,25 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"EnrollNode\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12*\n" +
 	"\x11token_secret_hash\x18\x02 \x01(\tR\x0ftokenSecretHash\x12#\n" +
-	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\x82\x01\n" +
+	"\x04node\x18\x03 \x01(\v2\x0f.corpus.v1.NodeR\x04node\"\xc1\x01\n" +
 	"\x14RenewNodeCertificate\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x129\n" +
 	"\n" +
-	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc8\x03\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
+	"\x06ca_pin\x18\x04 \x01(\tR\x05caPin\x12&\n" +
+	"\x0ftrusted_ca_pins\x18\x05 \x03(\tR\rtrustedCaPins\"f\n" +
+	"\x0fStartCaRotation\x12 \n" +
+	"\fold_cert_pem\x18\x01 \x01(\tR\n" +
+	"oldCertPem\x121\n" +
+	"\brotation\x18\x02 \x01(\v2\x15.corpus.v1.CaRotationR\brotation\"R\n" +
+	"\x10FinishCaRotation\x12\x10\n" +
+	"\x03pin\x18\x01 \x01(\tR\x03pin\x12,\n" +
+	"\akeyring\x18\x02 \x01(\v2\x12.corpus.v1.KeyringR\akeyring\"%\n" +
+	"\x11AdvanceCaRotation\x12\x10\n" +
+	"\x03pin\x18\x01 \x01(\tR\x03pin\"#\n" +
+	"\x0fAbortCaRotation\x12\x10\n" +
+	"\x03pin\x18\x01 \x01(\tR\x03pin\"\xc8\x03\n" +
 	"\n" +
 	"UpdateNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
@@ -6543,7 +6844,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*TouchUserTokens)(nil),       // 1: corpus.v1.TouchUserTokens
@@ -6555,268 +6856,279 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*CreateJoinToken)(nil),       // 7: corpus.v1.CreateJoinToken
 	(*EnrollNode)(nil),            // 8: corpus.v1.EnrollNode
 	(*RenewNodeCertificate)(nil),  // 9: corpus.v1.RenewNodeCertificate
-	(*UpdateNode)(nil),            // 10: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 11: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 12: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 13: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 14: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 15: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 16: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 17: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 18: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 19: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 20: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 21: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 22: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 23: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 24: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 25: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 26: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 27: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 28: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 29: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 30: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 31: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 32: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 33: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 34: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 35: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 36: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 37: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 38: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 39: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 40: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 41: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 42: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 43: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 44: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 45: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 46: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 47: corpus.v1.Snapshot
-	(*SetClusterVersion)(nil),     // 48: corpus.v1.SetClusterVersion
-	(*PutExtension)(nil),          // 49: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 50: corpus.v1.DeleteExtension
-	(*PutRegistryLogin)(nil),      // 51: corpus.v1.PutRegistryLogin
-	(*DeleteRegistryLogin)(nil),   // 52: corpus.v1.DeleteRegistryLogin
-	(*SetConfig)(nil),             // 53: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 54: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 55: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 56: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 57: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 58: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 59: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 60: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 61: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 62: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 63: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 64: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 65: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 66: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 67: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 68: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 69: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 70: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 71: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 72: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 73: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 74: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 75: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 76: corpus.v1.SetRouteTls
-	nil,                           // 77: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 78: corpus.v1.SetConfig.SetEntry
-	nil,                           // 79: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 80: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 81: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 82: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 83: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 84: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 85: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 86: corpus.v1.JoinToken
-	(*Node)(nil),                  // 87: corpus.v1.Node
-	(*Resources)(nil),             // 88: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 89: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 90: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 91: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 92: corpus.v1.Route
-	(*DnsRecord)(nil),             // 93: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 94: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 95: corpus.v1.User
-	(*UserToken)(nil),             // 96: corpus.v1.UserToken
-	(*SshKey)(nil),                // 97: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 98: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 99: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 100: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 101: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 102: corpus.v1.Coordinator
-	(*Volume)(nil),                // 103: corpus.v1.Volume
-	(*Project)(nil),               // 104: corpus.v1.Project
-	(*AuditEntry)(nil),            // 105: corpus.v1.AuditEntry
-	(*Keyring)(nil),               // 106: corpus.v1.Keyring
-	(*Service)(nil),               // 107: corpus.v1.Service
-	(*Backup)(nil),                // 108: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 109: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 110: corpus.v1.Certificate
-	(*Extension)(nil),             // 111: corpus.v1.Extension
-	(*RegistryLogin)(nil),         // 112: corpus.v1.RegistryLogin
-	(*AutoscalePolicy)(nil),       // 113: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 114: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 115: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 116: corpus.v1.ReportedService
+	(*StartCaRotation)(nil),       // 10: corpus.v1.StartCaRotation
+	(*FinishCaRotation)(nil),      // 11: corpus.v1.FinishCaRotation
+	(*AdvanceCaRotation)(nil),     // 12: corpus.v1.AdvanceCaRotation
+	(*AbortCaRotation)(nil),       // 13: corpus.v1.AbortCaRotation
+	(*UpdateNode)(nil),            // 14: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 15: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 16: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 17: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 18: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 19: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 20: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 21: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 22: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 23: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 24: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 25: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 26: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 27: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 28: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 29: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 30: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 31: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 32: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 33: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 34: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 35: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 36: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 37: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 38: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 39: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 40: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 41: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 42: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 43: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 44: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 45: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 46: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 47: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 48: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 49: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 50: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 51: corpus.v1.Snapshot
+	(*SetClusterVersion)(nil),     // 52: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 53: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 54: corpus.v1.DeleteExtension
+	(*PutRegistryLogin)(nil),      // 55: corpus.v1.PutRegistryLogin
+	(*DeleteRegistryLogin)(nil),   // 56: corpus.v1.DeleteRegistryLogin
+	(*SetConfig)(nil),             // 57: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 58: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 59: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 60: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 61: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 62: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 63: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 64: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 65: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 66: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 67: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 68: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 69: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 70: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 71: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 72: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 73: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 74: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 75: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 76: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 77: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 78: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 79: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 80: corpus.v1.SetRouteTls
+	nil,                           // 81: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 82: corpus.v1.SetConfig.SetEntry
+	nil,                           // 83: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 84: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 85: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 86: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 87: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 88: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 89: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 90: corpus.v1.JoinToken
+	(*Node)(nil),                  // 91: corpus.v1.Node
+	(*CaRotation)(nil),            // 92: corpus.v1.CaRotation
+	(*Keyring)(nil),               // 93: corpus.v1.Keyring
+	(*Resources)(nil),             // 94: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 95: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 96: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 97: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 98: corpus.v1.Route
+	(*DnsRecord)(nil),             // 99: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 100: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 101: corpus.v1.User
+	(*UserToken)(nil),             // 102: corpus.v1.UserToken
+	(*SshKey)(nil),                // 103: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 104: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 105: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 106: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 107: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 108: corpus.v1.Coordinator
+	(*Volume)(nil),                // 109: corpus.v1.Volume
+	(*Project)(nil),               // 110: corpus.v1.Project
+	(*AuditEntry)(nil),            // 111: corpus.v1.AuditEntry
+	(*Service)(nil),               // 112: corpus.v1.Service
+	(*Backup)(nil),                // 113: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 114: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 115: corpus.v1.Certificate
+	(*Extension)(nil),             // 116: corpus.v1.Extension
+	(*RegistryLogin)(nil),         // 117: corpus.v1.RegistryLogin
+	(*AutoscalePolicy)(nil),       // 118: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 119: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 120: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 121: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	83,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	87,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	6,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	7,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	8,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	10,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	12,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	13,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	14,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	18,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	11,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	19,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	20,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	21,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	22,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	23,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	24,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	28,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	25,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	26,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	29,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	31,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	32,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	33,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	34,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	35,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	36,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	37,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	38,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	39,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	40,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	41,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	42,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	43,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	44,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	45,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	46,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	15,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	16,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	14,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	16,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	17,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	18,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	22,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	15,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	23,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	24,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	25,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	26,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	27,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	28,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	32,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	29,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	30,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	33,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	35,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	36,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	37,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	38,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	39,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	40,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	41,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	42,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	43,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	44,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	45,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	46,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	47,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	48,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	49,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	50,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	19,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	20,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	9,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	30,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	61,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	34,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	65,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	5,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	53,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	54,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	56,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	62,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	63,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	64,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	65,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	66,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	67,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	68,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	69,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	70,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	72,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	71,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	73,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	74,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	75,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	76,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	57,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	59,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	58,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	60,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	49,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	50,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	48,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	57,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	58,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	60,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	66,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	67,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	68,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	69,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	70,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	71,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	72,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	73,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	74,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	76,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	75,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	77,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	78,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	79,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	80,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	61,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	63,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	62,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	64,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	53,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	54,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	52,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
 	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
 	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
 	4,   // 69: corpus.v1.Command.batch:type_name -> corpus.v1.Batch
-	51,  // 70: corpus.v1.Command.put_registry_login:type_name -> corpus.v1.PutRegistryLogin
-	52,  // 71: corpus.v1.Command.delete_registry_login:type_name -> corpus.v1.DeleteRegistryLogin
-	2,   // 72: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
-	2,   // 73: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
-	83,  // 74: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
-	84,  // 75: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	0,   // 76: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
-	85,  // 77: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	86,  // 78: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	87,  // 79: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	83,  // 80: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	88,  // 81: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	89,  // 82: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	77,  // 83: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	90,  // 84: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	14,  // 85: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	91,  // 86: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	17,  // 87: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	92,  // 88: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	93,  // 89: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	94,  // 90: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	27,  // 91: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	95,  // 92: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	96,  // 93: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	97,  // 94: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	98,  // 95: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	90,  // 96: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	92,  // 97: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	99,  // 98: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	100, // 99: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	101, // 100: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	92,  // 101: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	102, // 102: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	96,  // 103: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	85,  // 104: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	87,  // 105: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	90,  // 106: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	86,  // 107: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	92,  // 108: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	93,  // 109: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	103, // 110: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	95,  // 111: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	104, // 112: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	100, // 113: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	102, // 114: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	105, // 115: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	96,  // 116: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	106, // 117: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	107, // 118: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	108, // 119: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	109, // 120: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	110, // 121: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	111, // 122: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	83,  // 123: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	112, // 124: corpus.v1.Snapshot.registry_logins:type_name -> corpus.v1.RegistryLogin
-	111, // 125: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	112, // 126: corpus.v1.PutRegistryLogin.login:type_name -> corpus.v1.RegistryLogin
-	78,  // 127: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	106, // 128: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	55,  // 129: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	55,  // 130: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	79,  // 131: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	80,  // 132: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	90,  // 133: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	113, // 134: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	81,  // 135: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	83,  // 136: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	114, // 137: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	99,  // 138: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	107, // 139: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	90,  // 140: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	115, // 141: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	82,  // 142: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	116, // 143: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	108, // 144: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	90,  // 145: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	109, // 146: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	110, // 147: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	148, // [148:148] is the sub-list for method output_type
-	148, // [148:148] is the sub-list for method input_type
-	148, // [148:148] is the sub-list for extension type_name
-	148, // [148:148] is the sub-list for extension extendee
-	0,   // [0:148] is the sub-list for field type_name
+	55,  // 70: corpus.v1.Command.put_registry_login:type_name -> corpus.v1.PutRegistryLogin
+	56,  // 71: corpus.v1.Command.delete_registry_login:type_name -> corpus.v1.DeleteRegistryLogin
+	10,  // 72: corpus.v1.Command.start_ca_rotation:type_name -> corpus.v1.StartCaRotation
+	11,  // 73: corpus.v1.Command.finish_ca_rotation:type_name -> corpus.v1.FinishCaRotation
+	13,  // 74: corpus.v1.Command.abort_ca_rotation:type_name -> corpus.v1.AbortCaRotation
+	12,  // 75: corpus.v1.Command.advance_ca_rotation:type_name -> corpus.v1.AdvanceCaRotation
+	2,   // 76: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
+	2,   // 77: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
+	87,  // 78: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	88,  // 79: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	0,   // 80: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
+	89,  // 81: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	90,  // 82: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	91,  // 83: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	87,  // 84: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	92,  // 85: corpus.v1.StartCaRotation.rotation:type_name -> corpus.v1.CaRotation
+	93,  // 86: corpus.v1.FinishCaRotation.keyring:type_name -> corpus.v1.Keyring
+	94,  // 87: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	95,  // 88: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	81,  // 89: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	96,  // 90: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	18,  // 91: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	97,  // 92: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	21,  // 93: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	98,  // 94: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	99,  // 95: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	100, // 96: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	31,  // 97: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	101, // 98: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	102, // 99: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	103, // 100: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	104, // 101: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	96,  // 102: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	98,  // 103: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	105, // 104: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	106, // 105: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	107, // 106: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	98,  // 107: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	108, // 108: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	102, // 109: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	89,  // 110: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	91,  // 111: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	96,  // 112: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	90,  // 113: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	98,  // 114: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	99,  // 115: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	109, // 116: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	101, // 117: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	110, // 118: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	106, // 119: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	108, // 120: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	111, // 121: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	102, // 122: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	93,  // 123: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	112, // 124: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	113, // 125: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	114, // 126: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	115, // 127: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	116, // 128: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	87,  // 129: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	117, // 130: corpus.v1.Snapshot.registry_logins:type_name -> corpus.v1.RegistryLogin
+	116, // 131: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	117, // 132: corpus.v1.PutRegistryLogin.login:type_name -> corpus.v1.RegistryLogin
+	82,  // 133: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	93,  // 134: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	59,  // 135: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	59,  // 136: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	83,  // 137: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	84,  // 138: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	96,  // 139: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	118, // 140: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	85,  // 141: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	87,  // 142: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	119, // 143: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	105, // 144: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	112, // 145: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	96,  // 146: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	120, // 147: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	86,  // 148: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	121, // 149: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	113, // 150: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	96,  // 151: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	114, // 152: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	115, // 153: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	154, // [154:154] is the sub-list for method output_type
+	154, // [154:154] is the sub-list for method input_type
+	154, // [154:154] is the sub-list for extension type_name
+	154, // [154:154] is the sub-list for extension extendee
+	0,   // [0:154] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -6900,6 +7212,10 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_PutRegistryLogin)(nil),
 		(*Command_DeleteRegistryLogin)(nil),
+		(*Command_StartCaRotation)(nil),
+		(*Command_FinishCaRotation)(nil),
+		(*Command_AbortCaRotation)(nil),
+		(*Command_AdvanceCaRotation)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6907,7 +7223,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   83,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

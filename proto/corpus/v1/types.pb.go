@@ -283,6 +283,13 @@ type Node struct {
 	CertSerial     string                 `protobuf:"bytes,60,opt,name=cert_serial,json=certSerial,proto3" json:"cert_serial,omitempty"`
 	PrevCertSerial string                 `protobuf:"bytes,61,opt,name=prev_cert_serial,json=prevCertSerial,proto3" json:"prev_cert_serial,omitempty"`
 	CertExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,62,opt,name=cert_expires_at,json=certExpiresAt,proto3" json:"cert_expires_at,omitempty"`
+	// cert_ca_pin is the pin (pki.Pin) of the CA that issued cert_serial
+	// ("" for certificates issued before v0.2 recorded it): a CA rotation
+	// waits until every node's is the new CA's.
+	CertCaPin string `protobuf:"bytes,64,opt,name=cert_ca_pin,json=certCaPin,proto3" json:"cert_ca_pin,omitempty"`
+	// trusted_ca_pins are the pins of the CAs the node was given to trust
+	// with its certificate.
+	TrustedCaPins []string `protobuf:"bytes,65,rep,name=trusted_ca_pins,json=trustedCaPins,proto3" json:"trusted_ca_pins,omitempty"`
 	// orphans are guests the node runs that the cluster does not know: made
 	// after the snapshot a restored cluster came from. The node keeps them
 	// running and reports them here; nothing manages them.
@@ -452,6 +459,20 @@ func (x *Node) GetPrevCertSerial() string {
 func (x *Node) GetCertExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CertExpiresAt
+	}
+	return nil
+}
+
+func (x *Node) GetCertCaPin() string {
+	if x != nil {
+		return x.CertCaPin
+	}
+	return ""
+}
+
+func (x *Node) GetTrustedCaPins() []string {
+	if x != nil {
+		return x.TrustedCaPins
 	}
 	return nil
 }
@@ -1696,7 +1717,10 @@ type ClusterConfig struct {
 	// restore is set when the group was started from a snapshot file
 	// (corpus coordinator --restore): which restore, and the snapshot's
 	// index.
-	Restore       *Restore `protobuf:"bytes,8,opt,name=restore,proto3" json:"restore,omitempty"`
+	Restore *Restore `protobuf:"bytes,8,opt,name=restore,proto3" json:"restore,omitempty"`
+	// ca is the cluster CA as the group knows it; unset in a cluster whose
+	// CA was never rotated (each replica's tls folder holds it).
+	Ca            *ClusterCa `protobuf:"bytes,9,opt,name=ca,proto3" json:"ca,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1787,6 +1811,155 @@ func (x *ClusterConfig) GetRestore() *Restore {
 	return nil
 }
 
+func (x *ClusterConfig) GetCa() *ClusterCa {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+// ClusterCa is the cluster CA (the certificate; its key stays in each
+// replica's tls folder) and, while one runs, a rotation to a new one.
+type ClusterCa struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cert_pem is the cluster CA; during a rotation, the one being retired.
+	CertPem       string      `protobuf:"bytes,1,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	Rotation      *CaRotation `protobuf:"bytes,2,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterCa) Reset() {
+	*x = ClusterCa{}
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterCa) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterCa) ProtoMessage() {}
+
+func (x *ClusterCa) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterCa.ProtoReflect.Descriptor instead.
+func (*ClusterCa) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ClusterCa) GetCertPem() string {
+	if x != nil {
+		return x.CertPem
+	}
+	return ""
+}
+
+func (x *ClusterCa) GetRotation() *CaRotation {
+	if x != nil {
+		return x.Rotation
+	}
+	return nil
+}
+
+// CaRotation is a rotation of the cluster CA in progress, in two phases
+// (as Kubernetes rotates its CA by hand): "trust", where every component
+// comes to trust the new CA beside the old one while the old one still
+// signs; then "sign", where the new CA signs and every component gets a
+// certificate of it. It ends when every voter and node holds one
+// (FinishCaRotation): the new CA becomes the only one trusted. A rotation
+// is aborted only in its trust phase.
+type CaRotation struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	CertPem string                 `protobuf:"bytes,1,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	// key_sealed is the new CA's private key (PKCS #8 DER) sealed with the
+	// cluster keyring for the place "ca-key/PIN".
+	KeySealed []byte `protobuf:"bytes,2,opt,name=key_sealed,json=keySealed,proto3" json:"key_sealed,omitempty"`
+	// phase: "trust", then "sign".
+	Phase     string                 `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// started_by is who started it ("user:NAME", "ops").
+	StartedBy     string `protobuf:"bytes,5,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaRotation) Reset() {
+	*x = CaRotation{}
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaRotation) ProtoMessage() {}
+
+func (x *CaRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaRotation.ProtoReflect.Descriptor instead.
+func (*CaRotation) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CaRotation) GetCertPem() string {
+	if x != nil {
+		return x.CertPem
+	}
+	return ""
+}
+
+func (x *CaRotation) GetKeySealed() []byte {
+	if x != nil {
+		return x.KeySealed
+	}
+	return nil
+}
+
+func (x *CaRotation) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *CaRotation) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *CaRotation) GetStartedBy() string {
+	if x != nil {
+		return x.StartedBy
+	}
+	return ""
+}
+
 // Restore identifies a restore from a snapshot. Agents compare it with
 // the last one they saw: guests created after the snapshot's index that
 // they ran are unknown to the restored state, and kept, not destroyed.
@@ -1800,7 +1973,7 @@ type Restore struct {
 
 func (x *Restore) Reset() {
 	*x = Restore{}
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1985,7 @@ func (x *Restore) String() string {
 func (*Restore) ProtoMessage() {}
 
 func (x *Restore) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[15]
+	mi := &file_corpus_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1998,7 @@ func (x *Restore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restore.ProtoReflect.Descriptor instead.
 func (*Restore) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Restore) GetId() string {
@@ -1861,15 +2034,19 @@ type Coordinator struct {
 	// binary: the newest cluster version it can apply. The group's cluster
 	// version is the lowest of its voters'.
 	ServerVersion string `protobuf:"bytes,7,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
-	CreateIndex   uint64 `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64 `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// ca_pin is the pin of the CA that issued the replica's certificate;
+	// trusted_ca_pins those of the CAs it trusts.
+	CaPin         string   `protobuf:"bytes,8,opt,name=ca_pin,json=caPin,proto3" json:"ca_pin,omitempty"`
+	TrustedCaPins []string `protobuf:"bytes,9,rep,name=trusted_ca_pins,json=trustedCaPins,proto3" json:"trusted_ca_pins,omitempty"`
+	CreateIndex   uint64   `protobuf:"varint,20,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64   `protobuf:"varint,21,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Coordinator) Reset() {
 	*x = Coordinator{}
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2058,7 @@ func (x *Coordinator) String() string {
 func (*Coordinator) ProtoMessage() {}
 
 func (x *Coordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[16]
+	mi := &file_corpus_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2071,7 @@ func (x *Coordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coordinator.ProtoReflect.Descriptor instead.
 func (*Coordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Coordinator) GetId() string {
@@ -1946,6 +2123,20 @@ func (x *Coordinator) GetServerVersion() string {
 	return ""
 }
 
+func (x *Coordinator) GetCaPin() string {
+	if x != nil {
+		return x.CaPin
+	}
+	return ""
+}
+
+func (x *Coordinator) GetTrustedCaPins() []string {
+	if x != nil {
+		return x.TrustedCaPins
+	}
+	return nil
+}
+
 func (x *Coordinator) GetCreateIndex() uint64 {
 	if x != nil {
 		return x.CreateIndex
@@ -1984,7 +2175,7 @@ type DnsRecord struct {
 
 func (x *DnsRecord) Reset() {
 	*x = DnsRecord{}
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2187,7 @@ func (x *DnsRecord) String() string {
 func (*DnsRecord) ProtoMessage() {}
 
 func (x *DnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[17]
+	mi := &file_corpus_v1_types_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2200,7 @@ func (x *DnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DnsRecord.ProtoReflect.Descriptor instead.
 func (*DnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DnsRecord) GetId() string {
@@ -2097,7 +2288,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2300,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[18]
+	mi := &file_corpus_v1_types_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2313,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *User) GetName() string {
@@ -2196,7 +2387,7 @@ type SshKey struct {
 
 func (x *SshKey) Reset() {
 	*x = SshKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2399,7 @@ func (x *SshKey) String() string {
 func (*SshKey) ProtoMessage() {}
 
 func (x *SshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[19]
+	mi := &file_corpus_v1_types_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2412,7 @@ func (x *SshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SshKey.ProtoReflect.Descriptor instead.
 func (*SshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SshKey) GetFingerprint() string {
@@ -2287,7 +2478,7 @@ type Project struct {
 
 func (x *Project) Reset() {
 	*x = Project{}
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2490,7 @@ func (x *Project) String() string {
 func (*Project) ProtoMessage() {}
 
 func (x *Project) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[20]
+	mi := &file_corpus_v1_types_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2503,7 @@ func (x *Project) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Project.ProtoReflect.Descriptor instead.
 func (*Project) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Project) GetId() string {
@@ -2432,7 +2623,7 @@ type ProjectEnv struct {
 
 func (x *ProjectEnv) Reset() {
 	*x = ProjectEnv{}
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2635,7 @@ func (x *ProjectEnv) String() string {
 func (*ProjectEnv) ProtoMessage() {}
 
 func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[21]
+	mi := &file_corpus_v1_types_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2648,7 @@ func (x *ProjectEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectEnv.ProtoReflect.Descriptor instead.
 func (*ProjectEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProjectEnv) GetName() string {
@@ -2624,7 +2815,7 @@ type AutoscalePolicy struct {
 
 func (x *AutoscalePolicy) Reset() {
 	*x = AutoscalePolicy{}
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2827,7 @@ func (x *AutoscalePolicy) String() string {
 func (*AutoscalePolicy) ProtoMessage() {}
 
 func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[22]
+	mi := &file_corpus_v1_types_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2840,7 @@ func (x *AutoscalePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalePolicy.ProtoReflect.Descriptor instead.
 func (*AutoscalePolicy) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AutoscalePolicy) GetMin() uint32 {
@@ -2727,7 +2918,7 @@ type ProjectInstance struct {
 
 func (x *ProjectInstance) Reset() {
 	*x = ProjectInstance{}
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2930,7 @@ func (x *ProjectInstance) String() string {
 func (*ProjectInstance) ProtoMessage() {}
 
 func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[23]
+	mi := &file_corpus_v1_types_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2943,7 @@ func (x *ProjectInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectInstance.ProtoReflect.Descriptor instead.
 func (*ProjectInstance) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProjectInstance) GetIndex() uint32 {
@@ -2860,7 +3051,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3063,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[24]
+	mi := &file_corpus_v1_types_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3076,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Release) GetId() string {
@@ -3069,7 +3260,7 @@ type ReleaseStep struct {
 
 func (x *ReleaseStep) Reset() {
 	*x = ReleaseStep{}
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3272,7 @@ func (x *ReleaseStep) String() string {
 func (*ReleaseStep) ProtoMessage() {}
 
 func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[25]
+	mi := &file_corpus_v1_types_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3285,7 @@ func (x *ReleaseStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseStep.ProtoReflect.Descriptor instead.
 func (*ReleaseStep) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseStep) GetName() string {
@@ -3143,7 +3334,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3346,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[26]
+	mi := &file_corpus_v1_types_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3359,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -3251,7 +3442,7 @@ type UserToken struct {
 
 func (x *UserToken) Reset() {
 	*x = UserToken{}
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3454,7 @@ func (x *UserToken) String() string {
 func (*UserToken) ProtoMessage() {}
 
 func (x *UserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[27]
+	mi := &file_corpus_v1_types_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3467,7 @@ func (x *UserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserToken.ProtoReflect.Descriptor instead.
 func (*UserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UserToken) GetId() string {
@@ -3370,7 +3561,7 @@ type Keyring struct {
 
 func (x *Keyring) Reset() {
 	*x = Keyring{}
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3573,7 @@ func (x *Keyring) String() string {
 func (*Keyring) ProtoMessage() {}
 
 func (x *Keyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[28]
+	mi := &file_corpus_v1_types_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3586,7 @@ func (x *Keyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keyring.ProtoReflect.Descriptor instead.
 func (*Keyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Keyring) GetKeys() []*SealKey {
@@ -3430,7 +3621,7 @@ type SealKey struct {
 
 func (x *SealKey) Reset() {
 	*x = SealKey{}
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3442,7 +3633,7 @@ func (x *SealKey) String() string {
 func (*SealKey) ProtoMessage() {}
 
 func (x *SealKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[29]
+	mi := &file_corpus_v1_types_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3455,7 +3646,7 @@ func (x *SealKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealKey.ProtoReflect.Descriptor instead.
 func (*SealKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SealKey) GetId() string {
@@ -3509,7 +3700,7 @@ type ProcessStatus struct {
 
 func (x *ProcessStatus) Reset() {
 	*x = ProcessStatus{}
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3712,7 @@ func (x *ProcessStatus) String() string {
 func (*ProcessStatus) ProtoMessage() {}
 
 func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[30]
+	mi := &file_corpus_v1_types_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3725,7 @@ func (x *ProcessStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStatus.ProtoReflect.Descriptor instead.
 func (*ProcessStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProcessStatus) GetName() string {
@@ -3639,7 +3830,7 @@ type AcmeConfig struct {
 
 func (x *AcmeConfig) Reset() {
 	*x = AcmeConfig{}
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3842,7 @@ func (x *AcmeConfig) String() string {
 func (*AcmeConfig) ProtoMessage() {}
 
 func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[31]
+	mi := &file_corpus_v1_types_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3855,7 @@ func (x *AcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeConfig.ProtoReflect.Descriptor instead.
 func (*AcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcmeConfig) GetDirectoryUrl() string {
@@ -3755,7 +3946,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_corpus_v1_types_proto_msgTypes[32]
+	mi := &file_corpus_v1_types_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3958,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[32]
+	mi := &file_corpus_v1_types_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3971,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Certificate) GetDomain() string {
@@ -3919,7 +4110,7 @@ type AcmeChallenge struct {
 
 func (x *AcmeChallenge) Reset() {
 	*x = AcmeChallenge{}
-	mi := &file_corpus_v1_types_proto_msgTypes[33]
+	mi := &file_corpus_v1_types_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4122,7 @@ func (x *AcmeChallenge) String() string {
 func (*AcmeChallenge) ProtoMessage() {}
 
 func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_types_proto_msgTypes[33]
+	mi := &file_corpus_v1_types_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4135,7 @@ func (x *AcmeChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcmeChallenge.ProtoReflect.Descriptor instead.
 func (*AcmeChallenge) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_types_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_types_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AcmeChallenge) GetType() string {
@@ -4014,7 +4205,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"oci_images\x18\xbe\x01 \x01(\bR\tociImages\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\a\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -4038,7 +4229,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\vcert_serial\x18< \x01(\tR\n" +
 	"certSerial\x12(\n" +
 	"\x10prev_cert_serial\x18= \x01(\tR\x0eprevCertSerial\x12B\n" +
-	"\x0fcert_expires_at\x18> \x01(\v2\x1a.google.protobuf.TimestampR\rcertExpiresAt\x120\n" +
+	"\x0fcert_expires_at\x18> \x01(\v2\x1a.google.protobuf.TimestampR\rcertExpiresAt\x12\x1e\n" +
+	"\vcert_ca_pin\x18@ \x01(\tR\tcertCaPin\x12&\n" +
+	"\x0ftrusted_ca_pins\x18A \x03(\tR\rtrustedCaPins\x120\n" +
 	"\aorphans\x18? \x03(\v2\x16.corpus.v1.OrphanGuestR\aorphans\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\x1a9\n" +
@@ -4180,7 +4373,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
-	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xd2\x02\n" +
+	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xf8\x02\n" +
 	"\rClusterConfig\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12$\n" +
@@ -4191,10 +4384,24 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\rguest_network\x18\x05 \x01(\tR\fguestNetwork\x12(\n" +
 	"\x10node_subnet_bits\x18\x06 \x01(\x05R\x0enodeSubnetBits\x12'\n" +
 	"\x0fcoordinator_key\x18\a \x01(\tR\x0ecoordinatorKey\x12,\n" +
-	"\arestore\x18\b \x01(\v2\x12.corpus.v1.RestoreR\arestore\"@\n" +
+	"\arestore\x18\b \x01(\v2\x12.corpus.v1.RestoreR\arestore\x12$\n" +
+	"\x02ca\x18\t \x01(\v2\x14.corpus.v1.ClusterCaR\x02ca\"Y\n" +
+	"\tClusterCa\x12\x19\n" +
+	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x121\n" +
+	"\brotation\x18\x02 \x01(\v2\x15.corpus.v1.CaRotationR\brotation\"\xb6\x01\n" +
+	"\n" +
+	"CaRotation\x12\x19\n" +
+	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x1d\n" +
+	"\n" +
+	"key_sealed\x18\x02 \x01(\fR\tkeySealed\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x1d\n" +
+	"\n" +
+	"started_by\x18\x05 \x01(\tR\tstartedBy\"@\n" +
 	"\aRestore\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
-	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"\xb0\x02\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"\xef\x02\n" +
 	"\vCoordinator\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -4204,7 +4411,9 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"dnsAddress\x12%\n" +
 	"\x0egossip_address\x18\x05 \x01(\tR\rgossipAddress\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\tR\aversion\x12%\n" +
-	"\x0eserver_version\x18\a \x01(\tR\rserverVersion\x12!\n" +
+	"\x0eserver_version\x18\a \x01(\tR\rserverVersion\x12\x15\n" +
+	"\x06ca_pin\x18\b \x01(\tR\x05caPin\x12&\n" +
+	"\x0ftrusted_ca_pins\x18\t \x03(\tR\rtrustedCaPins\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xfc\x01\n" +
 	"\tDnsRecord\x12\x0e\n" +
@@ -4436,7 +4645,7 @@ func file_corpus_v1_types_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_types_proto_rawDescData
 }
 
-var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_corpus_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_corpus_v1_types_proto_goTypes = []any{
 	(*Resources)(nil),             // 0: corpus.v1.Resources
 	(*DriverInfo)(nil),            // 1: corpus.v1.DriverInfo
@@ -4453,100 +4662,105 @@ var file_corpus_v1_types_proto_goTypes = []any{
 	(*Route)(nil),                 // 12: corpus.v1.Route
 	(*JoinToken)(nil),             // 13: corpus.v1.JoinToken
 	(*ClusterConfig)(nil),         // 14: corpus.v1.ClusterConfig
-	(*Restore)(nil),               // 15: corpus.v1.Restore
-	(*Coordinator)(nil),           // 16: corpus.v1.Coordinator
-	(*DnsRecord)(nil),             // 17: corpus.v1.DnsRecord
-	(*User)(nil),                  // 18: corpus.v1.User
-	(*SshKey)(nil),                // 19: corpus.v1.SshKey
-	(*Project)(nil),               // 20: corpus.v1.Project
-	(*ProjectEnv)(nil),            // 21: corpus.v1.ProjectEnv
-	(*AutoscalePolicy)(nil),       // 22: corpus.v1.AutoscalePolicy
-	(*ProjectInstance)(nil),       // 23: corpus.v1.ProjectInstance
-	(*Release)(nil),               // 24: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 25: corpus.v1.ReleaseStep
-	(*AuditEntry)(nil),            // 26: corpus.v1.AuditEntry
-	(*UserToken)(nil),             // 27: corpus.v1.UserToken
-	(*Keyring)(nil),               // 28: corpus.v1.Keyring
-	(*SealKey)(nil),               // 29: corpus.v1.SealKey
-	(*ProcessStatus)(nil),         // 30: corpus.v1.ProcessStatus
-	(*AcmeConfig)(nil),            // 31: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 32: corpus.v1.Certificate
-	(*AcmeChallenge)(nil),         // 33: corpus.v1.AcmeChallenge
-	nil,                           // 34: corpus.v1.DriverInfo.AttributesEntry
-	nil,                           // 35: corpus.v1.Node.LabelsEntry
-	nil,                           // 36: corpus.v1.GuestSpec.EnvEntry
-	nil,                           // 37: corpus.v1.GuestSpec.ConstraintsEntry
-	nil,                           // 38: corpus.v1.ProjectEnv.ConfigEntry
-	nil,                           // 39: corpus.v1.ProjectEnv.ScaleEntry
-	nil,                           // 40: corpus.v1.ProjectEnv.AutoscaleEntry
-	nil,                           // 41: corpus.v1.Release.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*AdmissionChange)(nil),       // 43: corpus.v1.AdmissionChange
+	(*ClusterCa)(nil),             // 15: corpus.v1.ClusterCa
+	(*CaRotation)(nil),            // 16: corpus.v1.CaRotation
+	(*Restore)(nil),               // 17: corpus.v1.Restore
+	(*Coordinator)(nil),           // 18: corpus.v1.Coordinator
+	(*DnsRecord)(nil),             // 19: corpus.v1.DnsRecord
+	(*User)(nil),                  // 20: corpus.v1.User
+	(*SshKey)(nil),                // 21: corpus.v1.SshKey
+	(*Project)(nil),               // 22: corpus.v1.Project
+	(*ProjectEnv)(nil),            // 23: corpus.v1.ProjectEnv
+	(*AutoscalePolicy)(nil),       // 24: corpus.v1.AutoscalePolicy
+	(*ProjectInstance)(nil),       // 25: corpus.v1.ProjectInstance
+	(*Release)(nil),               // 26: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 27: corpus.v1.ReleaseStep
+	(*AuditEntry)(nil),            // 28: corpus.v1.AuditEntry
+	(*UserToken)(nil),             // 29: corpus.v1.UserToken
+	(*Keyring)(nil),               // 30: corpus.v1.Keyring
+	(*SealKey)(nil),               // 31: corpus.v1.SealKey
+	(*ProcessStatus)(nil),         // 32: corpus.v1.ProcessStatus
+	(*AcmeConfig)(nil),            // 33: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 34: corpus.v1.Certificate
+	(*AcmeChallenge)(nil),         // 35: corpus.v1.AcmeChallenge
+	nil,                           // 36: corpus.v1.DriverInfo.AttributesEntry
+	nil,                           // 37: corpus.v1.Node.LabelsEntry
+	nil,                           // 38: corpus.v1.GuestSpec.EnvEntry
+	nil,                           // 39: corpus.v1.GuestSpec.ConstraintsEntry
+	nil,                           // 40: corpus.v1.ProjectEnv.ConfigEntry
+	nil,                           // 41: corpus.v1.ProjectEnv.ScaleEntry
+	nil,                           // 42: corpus.v1.ProjectEnv.AutoscaleEntry
+	nil,                           // 43: corpus.v1.Release.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*AdmissionChange)(nil),       // 45: corpus.v1.AdmissionChange
 }
 var file_corpus_v1_types_proto_depIdxs = []int32{
-	34, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
-	35, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
+	36, // 0: corpus.v1.DriverInfo.attributes:type_name -> corpus.v1.DriverInfo.AttributesEntry
+	37, // 1: corpus.v1.Node.labels:type_name -> corpus.v1.Node.LabelsEntry
 	0,  // 2: corpus.v1.Node.capacity:type_name -> corpus.v1.Resources
 	1,  // 3: corpus.v1.Node.drivers:type_name -> corpus.v1.DriverInfo
-	42, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
-	42, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
+	44, // 4: corpus.v1.Node.enrolled_at:type_name -> google.protobuf.Timestamp
+	44, // 5: corpus.v1.Node.cert_expires_at:type_name -> google.protobuf.Timestamp
 	3,  // 6: corpus.v1.Node.orphans:type_name -> corpus.v1.OrphanGuest
 	0,  // 7: corpus.v1.GuestSpec.resources:type_name -> corpus.v1.Resources
-	36, // 8: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
+	38, // 8: corpus.v1.GuestSpec.env:type_name -> corpus.v1.GuestSpec.EnvEntry
 	8,  // 9: corpus.v1.GuestSpec.ports:type_name -> corpus.v1.Port
 	5,  // 10: corpus.v1.GuestSpec.volume:type_name -> corpus.v1.VolumeSpec
-	37, // 11: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
+	39, // 11: corpus.v1.GuestSpec.constraints:type_name -> corpus.v1.GuestSpec.ConstraintsEntry
 	7,  // 12: corpus.v1.Volume.observed:type_name -> corpus.v1.VolumeObserved
-	42, // 13: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	42, // 14: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 15: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
+	44, // 13: corpus.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	44, // 14: corpus.v1.GuestObserved.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 15: corpus.v1.Event.time:type_name -> google.protobuf.Timestamp
 	4,  // 16: corpus.v1.Guest.spec:type_name -> corpus.v1.GuestSpec
 	9,  // 17: corpus.v1.Guest.observed:type_name -> corpus.v1.GuestObserved
 	10, // 18: corpus.v1.Guest.events:type_name -> corpus.v1.Event
-	42, // 19: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
-	43, // 20: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
-	42, // 21: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
-	42, // 22: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 23: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
-	42, // 24: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
-	15, // 25: corpus.v1.ClusterConfig.restore:type_name -> corpus.v1.Restore
-	42, // 26: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
-	19, // 27: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
-	42, // 28: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	42, // 29: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
-	42, // 30: corpus.v1.SshKey.last_used_at:type_name -> google.protobuf.Timestamp
-	21, // 31: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
-	42, // 32: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
-	43, // 33: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
-	38, // 34: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
-	39, // 35: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
-	23, // 36: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
-	40, // 37: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
-	42, // 38: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
-	42, // 39: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
-	42, // 40: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
-	42, // 41: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
-	25, // 42: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
-	41, // 43: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
-	42, // 44: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	42, // 45: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
-	42, // 46: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 47: corpus.v1.UserToken.last_used_at:type_name -> google.protobuf.Timestamp
-	29, // 48: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
-	42, // 49: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
-	42, // 50: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
-	42, // 51: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	42, // 52: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	42, // 53: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 54: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
-	42, // 55: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
-	33, // 56: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
-	22, // 57: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	44, // 19: corpus.v1.Guest.created_at:type_name -> google.protobuf.Timestamp
+	45, // 20: corpus.v1.Guest.admission:type_name -> corpus.v1.AdmissionChange
+	44, // 21: corpus.v1.Route.created_at:type_name -> google.protobuf.Timestamp
+	44, // 22: corpus.v1.JoinToken.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 23: corpus.v1.JoinToken.created_at:type_name -> google.protobuf.Timestamp
+	44, // 24: corpus.v1.ClusterConfig.created_at:type_name -> google.protobuf.Timestamp
+	17, // 25: corpus.v1.ClusterConfig.restore:type_name -> corpus.v1.Restore
+	15, // 26: corpus.v1.ClusterConfig.ca:type_name -> corpus.v1.ClusterCa
+	16, // 27: corpus.v1.ClusterCa.rotation:type_name -> corpus.v1.CaRotation
+	44, // 28: corpus.v1.CaRotation.started_at:type_name -> google.protobuf.Timestamp
+	44, // 29: corpus.v1.DnsRecord.created_at:type_name -> google.protobuf.Timestamp
+	21, // 30: corpus.v1.User.keys:type_name -> corpus.v1.SshKey
+	44, // 31: corpus.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	44, // 32: corpus.v1.SshKey.added_at:type_name -> google.protobuf.Timestamp
+	44, // 33: corpus.v1.SshKey.last_used_at:type_name -> google.protobuf.Timestamp
+	23, // 34: corpus.v1.Project.envs:type_name -> corpus.v1.ProjectEnv
+	44, // 35: corpus.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	45, // 36: corpus.v1.Project.admission:type_name -> corpus.v1.AdmissionChange
+	40, // 37: corpus.v1.ProjectEnv.config:type_name -> corpus.v1.ProjectEnv.ConfigEntry
+	41, // 38: corpus.v1.ProjectEnv.scale:type_name -> corpus.v1.ProjectEnv.ScaleEntry
+	25, // 39: corpus.v1.ProjectEnv.instances:type_name -> corpus.v1.ProjectInstance
+	42, // 40: corpus.v1.ProjectEnv.autoscale:type_name -> corpus.v1.ProjectEnv.AutoscaleEntry
+	44, // 41: corpus.v1.ProjectEnv.standby_until:type_name -> google.protobuf.Timestamp
+	44, // 42: corpus.v1.AutoscalePolicy.last_decision_at:type_name -> google.protobuf.Timestamp
+	44, // 43: corpus.v1.Release.started_at:type_name -> google.protobuf.Timestamp
+	44, // 44: corpus.v1.Release.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 45: corpus.v1.Release.steps:type_name -> corpus.v1.ReleaseStep
+	43, // 46: corpus.v1.Release.config:type_name -> corpus.v1.Release.ConfigEntry
+	44, // 47: corpus.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	44, // 48: corpus.v1.UserToken.created_at:type_name -> google.protobuf.Timestamp
+	44, // 49: corpus.v1.UserToken.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 50: corpus.v1.UserToken.last_used_at:type_name -> google.protobuf.Timestamp
+	31, // 51: corpus.v1.Keyring.keys:type_name -> corpus.v1.SealKey
+	44, // 52: corpus.v1.SealKey.created_at:type_name -> google.protobuf.Timestamp
+	44, // 53: corpus.v1.ProcessStatus.started_at:type_name -> google.protobuf.Timestamp
+	44, // 54: corpus.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	44, // 55: corpus.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	44, // 56: corpus.v1.Certificate.next_attempt_at:type_name -> google.protobuf.Timestamp
+	44, // 57: corpus.v1.Certificate.last_attempt_at:type_name -> google.protobuf.Timestamp
+	44, // 58: corpus.v1.Certificate.ocsp_next_update:type_name -> google.protobuf.Timestamp
+	35, // 59: corpus.v1.Certificate.challenge:type_name -> corpus.v1.AcmeChallenge
+	24, // 60: corpus.v1.ProjectEnv.AutoscaleEntry.value:type_name -> corpus.v1.AutoscalePolicy
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_types_proto_init() }
@@ -4561,7 +4775,7 @@ func file_corpus_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_types_proto_rawDesc), len(file_corpus_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

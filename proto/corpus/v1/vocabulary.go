@@ -303,3 +303,26 @@ func InstanceGuestName(project, env string, index uint32) string {
 	}
 	return project + "-" + env + "-" + strconv.FormatUint(uint64(index), 10)
 }
+
+// Phases of a rotation of the cluster CA (CaRotation.phase).
+const (
+	CAPhaseTrust = "trust"
+	CAPhaseSign  = "sign"
+)
+
+// Trusted are the CAs trusted as of c, PEM: the cluster CA and, during a
+// rotation, the new one; signer is the one that signs. ok is false when
+// c is nil: the CA of a cluster never rotated is its replicas' own.
+func (c *ClusterCa) Trusted() (trusted []string, signer string, ok bool) {
+	if c == nil {
+		return nil, "", false
+	}
+	trusted, signer = []string{c.CertPem}, c.CertPem
+	if r := c.Rotation; r != nil {
+		trusted = append(trusted, r.CertPem)
+		if r.Phase == CAPhaseSign {
+			signer = r.CertPem
+		}
+	}
+	return trusted, signer, true
+}

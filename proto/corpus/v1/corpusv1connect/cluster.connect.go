@@ -60,6 +60,10 @@ const (
 	// ClusterServiceRotateKeyringProcedure is the fully-qualified name of the ClusterService's
 	// RotateKeyring RPC.
 	ClusterServiceRotateKeyringProcedure = "/corpus.v1.ClusterService/RotateKeyring"
+	// ClusterServiceRotateCaProcedure is the fully-qualified name of the ClusterService's RotateCa RPC.
+	ClusterServiceRotateCaProcedure = "/corpus.v1.ClusterService/RotateCa"
+	// ClusterServiceCaStatusProcedure is the fully-qualified name of the ClusterService's CaStatus RPC.
+	ClusterServiceCaStatusProcedure = "/corpus.v1.ClusterService/CaStatus"
 	// ClusterServiceWaitProcedure is the fully-qualified name of the ClusterService's Wait RPC.
 	ClusterServiceWaitProcedure = "/corpus.v1.ClusterService/Wait"
 	// ClusterServiceSeriesProcedure is the fully-qualified name of the ClusterService's Series RPC.
@@ -92,6 +96,14 @@ type ClusterServiceClient interface {
 	// RotateKeyring makes a new data key the keyring's only one, every
 	// sealed value sealed again with it, in one replicated write.
 	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
+	// RotateCa starts a rotation of the cluster CA (or, with finish, ends
+	// one without waiting for the components left; with abort, cancels
+	// one in its trust phase). The leader moves a rotation on as every
+	// voter and node trusts, then holds a certificate of, the new CA. It
+	// answers at once with the status.
+	RotateCa(context.Context, *connect.Request[v1.RotateCaRequest]) (*connect.Response[v1.RotateCaResponse], error)
+	// CaStatus describes the cluster CA and a rotation in progress.
+	CaStatus(context.Context, *connect.Request[v1.CaStatusRequest]) (*connect.Response[v1.CaStatusResponse], error)
 	// Wait is a blocking read of the state's index: it answers once the
 	// replica has applied a write past after_index, or wait_seconds pass.
 	// Clients (the web dashboard) read again when the index moved.
@@ -169,6 +181,19 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
 			connect.WithClientOptions(opts...),
 		),
+		rotateCa: connect.NewClient[v1.RotateCaRequest, v1.RotateCaResponse](
+			httpClient,
+			baseURL+ClusterServiceRotateCaProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RotateCa")),
+			connect.WithClientOptions(opts...),
+		),
+		caStatus: connect.NewClient[v1.CaStatusRequest, v1.CaStatusResponse](
+			httpClient,
+			baseURL+ClusterServiceCaStatusProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("CaStatus")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		wait: connect.NewClient[v1.WaitRequest, v1.WaitResponse](
 			httpClient,
 			baseURL+ClusterServiceWaitProcedure,
@@ -197,6 +222,8 @@ type clusterServiceClient struct {
 	addRaftPeer    *connect.Client[v1.AddRaftPeerRequest, v1.AddRaftPeerResponse]
 	removeRaftPeer *connect.Client[v1.RemoveRaftPeerRequest, v1.RemoveRaftPeerResponse]
 	rotateKeyring  *connect.Client[v1.RotateKeyringRequest, v1.RotateKeyringResponse]
+	rotateCa       *connect.Client[v1.RotateCaRequest, v1.RotateCaResponse]
+	caStatus       *connect.Client[v1.CaStatusRequest, v1.CaStatusResponse]
 	wait           *connect.Client[v1.WaitRequest, v1.WaitResponse]
 	series         *connect.Client[v1.SeriesRequest, v1.SeriesResponse]
 }
@@ -246,6 +273,16 @@ func (c *clusterServiceClient) RotateKeyring(ctx context.Context, req *connect.R
 	return c.rotateKeyring.CallUnary(ctx, req)
 }
 
+// RotateCa calls corpus.v1.ClusterService.RotateCa.
+func (c *clusterServiceClient) RotateCa(ctx context.Context, req *connect.Request[v1.RotateCaRequest]) (*connect.Response[v1.RotateCaResponse], error) {
+	return c.rotateCa.CallUnary(ctx, req)
+}
+
+// CaStatus calls corpus.v1.ClusterService.CaStatus.
+func (c *clusterServiceClient) CaStatus(ctx context.Context, req *connect.Request[v1.CaStatusRequest]) (*connect.Response[v1.CaStatusResponse], error) {
+	return c.caStatus.CallUnary(ctx, req)
+}
+
 // Wait calls corpus.v1.ClusterService.Wait.
 func (c *clusterServiceClient) Wait(ctx context.Context, req *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
 	return c.wait.CallUnary(ctx, req)
@@ -282,6 +319,14 @@ type ClusterServiceHandler interface {
 	// RotateKeyring makes a new data key the keyring's only one, every
 	// sealed value sealed again with it, in one replicated write.
 	RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error)
+	// RotateCa starts a rotation of the cluster CA (or, with finish, ends
+	// one without waiting for the components left; with abort, cancels
+	// one in its trust phase). The leader moves a rotation on as every
+	// voter and node trusts, then holds a certificate of, the new CA. It
+	// answers at once with the status.
+	RotateCa(context.Context, *connect.Request[v1.RotateCaRequest]) (*connect.Response[v1.RotateCaResponse], error)
+	// CaStatus describes the cluster CA and a rotation in progress.
+	CaStatus(context.Context, *connect.Request[v1.CaStatusRequest]) (*connect.Response[v1.CaStatusResponse], error)
 	// Wait is a blocking read of the state's index: it answers once the
 	// replica has applied a write past after_index, or wait_seconds pass.
 	// Clients (the web dashboard) read again when the index moved.
@@ -355,6 +400,19 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("RotateKeyring")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceRotateCaHandler := connect.NewUnaryHandler(
+		ClusterServiceRotateCaProcedure,
+		svc.RotateCa,
+		connect.WithSchema(clusterServiceMethods.ByName("RotateCa")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceCaStatusHandler := connect.NewUnaryHandler(
+		ClusterServiceCaStatusProcedure,
+		svc.CaStatus,
+		connect.WithSchema(clusterServiceMethods.ByName("CaStatus")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	clusterServiceWaitHandler := connect.NewUnaryHandler(
 		ClusterServiceWaitProcedure,
 		svc.Wait,
@@ -389,6 +447,10 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceRemoveRaftPeerHandler.ServeHTTP(w, r)
 		case ClusterServiceRotateKeyringProcedure:
 			clusterServiceRotateKeyringHandler.ServeHTTP(w, r)
+		case ClusterServiceRotateCaProcedure:
+			clusterServiceRotateCaHandler.ServeHTTP(w, r)
+		case ClusterServiceCaStatusProcedure:
+			clusterServiceCaStatusHandler.ServeHTTP(w, r)
 		case ClusterServiceWaitProcedure:
 			clusterServiceWaitHandler.ServeHTTP(w, r)
 		case ClusterServiceSeriesProcedure:
@@ -436,6 +498,14 @@ func (UnimplementedClusterServiceHandler) RemoveRaftPeer(context.Context, *conne
 
 func (UnimplementedClusterServiceHandler) RotateKeyring(context.Context, *connect.Request[v1.RotateKeyringRequest]) (*connect.Response[v1.RotateKeyringResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RotateKeyring is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RotateCa(context.Context, *connect.Request[v1.RotateCaRequest]) (*connect.Response[v1.RotateCaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.RotateCa is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) CaStatus(context.Context, *connect.Request[v1.CaStatusRequest]) (*connect.Response[v1.CaStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("corpus.v1.ClusterService.CaStatus is not implemented"))
 }
 
 func (UnimplementedClusterServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
