@@ -22,8 +22,10 @@ import (
 )
 
 // enroll loads the agent's identity, or trades the join token for one and
-// stores it. A refused token is final; an unreachable coordinator is
-// retried until ctx ends.
+// stores it; an enrolled node given a rejoin token whose certificate
+// cannot serve (expired, or of a CA the cluster rotated out) trades the
+// token for a new one. A refused token is final; an unreachable
+// coordinator is retried until ctx ends.
 func (a *Agent) enroll(ctx context.Context) error {
 	id, err := a.cache.Identity()
 	if err == nil {
@@ -34,6 +36,23 @@ func (a *Agent) enroll(ctx context.Context) error {
 		if a.cfg.Name != "" && id.NodeName != a.cfg.Name {
 			a.logger.Warn("node name differs from enrolled name; keeping the enrolled one", "enrolled", id.NodeName, "configured", a.cfg.Name)
 		}
+		why := a.cannotServe(id)
+		if why == "" {
+			return nil
+		}
+		tokID, _, _ := strings.Cut(a.cfg.JoinToken, ".")
+		if a.cfg.JoinToken == "" || tokID == id.JoinTokenID {
+			a.logger.Warn("the node's certificate cannot serve; make a rejoin token with `corpus node token --node "+id.NodeName+"` and start the agent with it", "why", why)
+			return nil
+		}
+		// A rejoin that fails leaves the node as it was: its guests run
+		// on, and it tries its certificate.
+		a.logger.Info("rejoining with the join token given", "why", why)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := a.trade(rctx, &id); err != nil {
+			a.logger.Error("rejoining failed; going on with the node's certificate", "error", err)
+		}
 		return nil
 	}
 	if !errors.Is(err, cache.ErrNoIdentity) {
@@ -42,22 +61,61 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if a.cfg.JoinToken == "" {
 		return errors.New("this agent is not enrolled: pass --join-token (create one with `corpus node token`)")
 	}
+	return a.trade(ctx, nil)
+}
+
+// cannotServe says why the node's certificate cannot serve it any more
+// ("" when it can): expired, or not of a CA the join token given names
+// (the cluster CA was rotated while the node was away).
+func (a *Agent) cannotServe(id cache.Identity) string {
+	leaf, err := pki.ParseCert(id.CertPEM)
+	if err != nil {
+		return err.Error()
+	}
+	if now := clock.System.Now(); now.After(leaf.NotAfter) {
+		return "it expired at " + leaf.NotAfter.UTC().Format(time.RFC3339)
+	}
+	if pin := tokenPin(a.cfg.JoinToken); pin != "" {
+		cas, err := pki.ParseCerts(id.CAPEM)
+		if err == nil && !slices.Contains(pki.Pins(cas), pin) {
+			return "the join token names a CA the node does not trust (the cluster CA was rotated)"
+		}
+	}
+	return ""
+}
+
+// tokenPin is the CA pin of a join token, "" if it has none.
+func tokenPin(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(parts[2]) != 64 {
+		return ""
+	}
+	return parts[2]
+}
+
+// trade trades the join token for a certificate: a new node's, or, with
+// was, the enrolled node's again (a rejoin token, which keeps the node
+// and its guests).
+func (a *Agent) trade(ctx context.Context, was *cache.Identity) error {
 	// A join token reads ID.SECRET.PIN: the pin is the cluster CA's
 	// fingerprint, the one thing this host trusts before it has a
 	// certificate of its own.
-	parts := strings.Split(a.cfg.JoinToken, ".")
-	if len(parts) != 3 || len(parts[2]) != 64 {
+	pin := tokenPin(a.cfg.JoinToken)
+	if pin == "" {
 		return errors.New("join token is not of the form ID.SECRET.PIN: copy it whole from `corpus node token`")
 	}
-	pin := parts[2]
-	keyPEM, csrPEM, err := pki.NewKeyAndCSR("node " + a.cfg.Name)
+	name := a.cfg.Name
+	if was != nil {
+		name = was.NodeName
+	}
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR("node " + name)
 	if err != nil {
 		return fmt.Errorf("making the node key: %w", err)
 	}
 	req := &corpusv1.EnrollRequest{
 		CsrPem:       csrPEM,
 		JoinToken:    a.cfg.JoinToken,
-		Name:         a.cfg.Name,
+		Name:         name,
 		Labels:       a.cfg.Labels,
 		Capacity:     a.capacity(ctx),
 		Drivers:      a.driverInfo(ctx),
@@ -70,26 +128,18 @@ func (a *Agent) enroll(ctx context.Context) error {
 			c := corpusv1connect.NewAgentServiceClient(rpc.HTTPClient(pki.PinnedConfig(pin)), rpc.BaseURL(addr))
 			res, err := c.Enroll(ctx, connect.NewRequest(req))
 			if err == nil {
-				id := cache.Identity{
-					NodeID: res.Msg.NodeId, NodeName: a.cfg.Name,
-					ClusterID: res.Msg.ClusterId, AgentKey: res.Msg.AgentKey, Coordinator: addr, EnrolledAt: clock.System.Now(),
-					KeyPEM: keyPEM, CertPEM: res.Msg.CertificatePem, CAPEM: res.Msg.CaPem,
-				}
-				if err := checkIssued(id, pin); err != nil {
-					return fmt.Errorf("enrolling with %s: %w", addr, err)
-				}
-				if err := a.cache.SetIdentity(id); err != nil {
-					return fmt.Errorf("storing identity: %w", err)
-				}
-				a.id = id
-				a.logger.Info("enrolled", "node", id.NodeName, "node_id", id.NodeID, "cluster_id", id.ClusterID)
-				return nil
+				return a.enrolled(addr, pin, keyPEM, res.Msg, was)
 			}
 			if errors.Is(err, pki.ErrPinMismatch) {
 				return fmt.Errorf("enrolling with %s: %w", addr, pki.ErrPinMismatch)
 			}
 			switch connect.CodeOf(err) {
-			case connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeAlreadyExists, connect.CodeUnauthenticated:
+			case connect.CodeAlreadyExists:
+				if was != nil {
+					return fmt.Errorf("enrolling with %s: %w: node %s is enrolled; its certificate needs a rejoin token, made with `corpus node token --node %s`", addr, err, name, name)
+				}
+				return fmt.Errorf("enrolling with %s: %w", addr, err)
+			case connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeUnauthenticated:
 				return fmt.Errorf("enrolling with %s: %w", addr, err)
 			}
 			a.logger.Warn("coordinator unreachable for enrollment", "coordinator", addr, "error", err, "retry_in", backoff)
@@ -101,6 +151,36 @@ func (a *Agent) enroll(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// enrolled checks and stores what enrollment (or a rejoin, with was)
+// returned.
+func (a *Agent) enrolled(addr, pin string, keyPEM []byte, res *corpusv1.EnrollResponse, was *cache.Identity) error {
+	id := cache.Identity{
+		NodeID: res.NodeId, NodeName: a.cfg.Name,
+		ClusterID: res.ClusterId, AgentKey: res.AgentKey, Coordinator: addr, EnrolledAt: clock.System.Now(),
+	}
+	if was != nil {
+		if res.NodeId != was.NodeID || res.ClusterId != was.ClusterID {
+			return fmt.Errorf("rejoining with %s: the token made node %s of cluster %s, not this node (%s of %s)", addr, res.NodeId, res.ClusterId, was.NodeID, was.ClusterID)
+		}
+		id = *was
+	}
+	id.KeyPEM, id.CertPEM, id.CAPEM = keyPEM, res.CertificatePem, res.CaPem
+	id.JoinTokenID, _, _ = strings.Cut(a.cfg.JoinToken, ".")
+	if err := checkIssued(id, pin); err != nil {
+		return fmt.Errorf("enrolling with %s: %w", addr, err)
+	}
+	if err := a.cache.SetIdentity(id); err != nil {
+		return fmt.Errorf("storing identity: %w", err)
+	}
+	a.id = id
+	verb := "enrolled"
+	if was != nil {
+		verb = "rejoined"
+	}
+	a.logger.Info(verb, "node", id.NodeName, "node_id", id.NodeID, "cluster_id", id.ClusterID)
+	return nil
 }
 
 // checkIssued checks what enrollment or a renewal returned: trusted CAs

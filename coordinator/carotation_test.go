@@ -348,7 +348,9 @@ func poolOf(cas ...*x509.Certificate) *x509.CertPool {
 
 // TestCARotationWaitsAbortsAndForces: a node that does not renew holds a
 // rotation in its trust phase; it can be aborted there (the old CA stays),
-// and a second one forced to its end (the node is left out).
+// and a second one forced to its end (the node is left out: refused,
+// until a rejoin token for it, and it alone, gives it a certificate of
+// the new CA as the same node).
 func TestCARotationWaitsAbortsAndForces(t *testing.T) {
 	s := start(t, t.TempDir())
 	ops := s.ops()
@@ -357,7 +359,7 @@ func TestCARotationWaitsAbortsAndForces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.enroll("asleep")
+	asleep := s.enroll("asleep")
 	if _, err := ops.cluster.RotateCa(ctx, connect.NewRequest(&corpusv1.RotateCaRequest{Abort: true})); codeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("RotateCa(abort) with none in progress = %v; want FailedPrecondition", err)
 	}
@@ -394,5 +396,61 @@ func TestCARotationWaitsAbortsAndForces(t *testing.T) {
 	}
 	if st := res.Msg.Status; st.Next != nil || st.Current.Pin == pki.Pin(oldCA) {
 		t.Errorf("status after a forced end = %v; want the new CA alone", st)
+	}
+
+	// The node left out holds a certificate of the retired CA: refused.
+	// A rejoin token for it gives it one of the new CA, as the same node.
+	eventuallyT(t, "the replica trusts the new CA alone", func() error {
+		if cas, _ := pki.ParseCerts(s.CACert()); len(cas) != 1 || pki.Pin(cas[0]) == pki.Pin(oldCA) {
+			return fmt.Errorf("it trusts %d CAs", len(cas))
+		}
+		return nil
+	})
+	if _, err := asleep.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers()})); err == nil {
+		t.Errorf("a node on the retired CA reported after the rotation")
+	}
+	tok, err := ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{Node: "asleep"}))
+	if err != nil {
+		t.Fatalf("CreateJoinToken(node asleep) = %v", err)
+	}
+	if _, err := ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{Node: "nobody"})); codeOf(err) != connect.CodeNotFound {
+		t.Errorf("a rejoin token for no node = %v, want NotFound", err)
+	}
+	enroll := func(token, name string) (*connect.Response[corpusv1.EnrollResponse], []byte, error) {
+		keyPEM, csrPEM, err := pki.NewKeyAndCSR(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.clients("").agent.Enroll(ctx, connect.NewRequest(&corpusv1.EnrollRequest{
+			JoinToken: token, Name: name, Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1", AgentVersion: "test", CsrPem: csrPEM,
+		}))
+		return res, keyPEM, err
+	}
+	if _, _, err := enroll(tok.Msg.Token, "other"); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a rejoin token used by another name = %v, want PermissionDenied", err)
+	}
+	if _, _, err := enroll(s.joinToken(), "asleep"); codeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("a plain join token for an enrolled name = %v, want AlreadyExists", err)
+	}
+	back, keyPEM, err := enroll(tok.Msg.Token, "asleep")
+	if err != nil {
+		t.Fatalf("rejoining = %v", err)
+	}
+	if back.Msg.NodeId != asleep.id || len(s.Store().Read().Nodes()) != 1 {
+		t.Errorf("rejoined as node %s (of %d); want the same node, %s", back.Msg.NodeId, len(s.Store().Read().Nodes()), asleep.id)
+	}
+	cas, err := pki.ParseCerts(back.Msg.CaPem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := pki.TrustedKeyPair(back.Msg.CertificatePem, keyPEM, cas)
+	if err != nil {
+		t.Fatalf("the rejoined node's certificate: %v", err)
+	}
+	if _, err := s.clientsAs(kp, "").agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{Capacity: capacity(), Drivers: drivers(), AgentAddress: "127.0.0.1:1"})); err != nil {
+		t.Errorf("the rejoined node's report = %v", err)
+	}
+	if _, _, err := enroll(tok.Msg.Token, "asleep"); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a rejoin token used twice = %v, want PermissionDenied", err)
 	}
 }

@@ -75,7 +75,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening raft log: %w", err)
 	}
-	if err := state.CheckLog(logs); err != nil {
+	if err := compat.CheckLog(logs); err != nil {
 		logs.Close()
 		return nil, err
 	}

@@ -60,10 +60,15 @@ type Identity struct {
 	Coordinator string    `json:"coordinator"`
 	EnrolledAt  time.Time `json:"enrolled_at"`
 	// KeyPEM and CertPEM are the node's key and certificate, CAPEM the
-	// cluster CA; the agent authenticates with them and trusts only it.
+	// cluster CAs (several during a rotation of the cluster CA); the agent
+	// authenticates with them and trusts only those.
 	KeyPEM  []byte `json:"key_pem"`
 	CertPEM []byte `json:"cert_pem"`
 	CAPEM   []byte `json:"ca_pem"`
+	// JoinTokenID is the id of the join token last traded for a
+	// certificate (enrollment, rejoin): the same token given again is
+	// not traded again.
+	JoinTokenID string `json:"join_token_id,omitempty"`
 }
 
 // Entry is one operation in flight, written before it starts and removed

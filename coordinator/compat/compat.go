@@ -35,6 +35,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -126,6 +129,9 @@ const (
 	// CARotation rotates the cluster CA (StartCaRotation and the entries
 	// that move it on).
 	CARotation Feature = "ca-rotation"
+	// NodeRejoin gives an enrolled node a new certificate for a rejoin
+	// token (JoinToken.node_id, RejoinNode entries).
+	NodeRejoin Feature = "node-rejoin"
 )
 
 type feature struct {
@@ -145,6 +151,7 @@ var features = map[Feature]feature{
 	RegistryLogins:       {since: Version{0, 2}, entries: []string{"put_registry_login", "delete_registry_login"}},
 	ImageDeployAdmission: {since: Version{0, 2}},
 	CARotation:           {since: Version{0, 2}, entries: []string{"start_ca_rotation", "advance_ca_rotation", "finish_ca_rotation", "abort_ca_rotation"}},
+	NodeRejoin:           {since: Version{0, 2}, entries: []string{"rejoin_node"}},
 }
 
 var entryFeatures = func() map[string]Feature {
@@ -234,4 +241,38 @@ func Gate(cluster Version, cmd *corpusv1.Command) error {
 		return nil
 	}
 	return Check(cluster, f)
+}
+
+// CheckLog refuses to start a replica whose Raft log raises the cluster
+// version past this binary: it would stop at that entry anyway, after
+// rejoining its group. Entries that do not decode are left to Apply.
+func CheckLog(logs raft.LogStore) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	var l raft.Log
+	for i := max(first, 1); first > 0 && i <= last; i++ {
+		if err := logs.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		var cmd corpusv1.Command
+		if proto.Unmarshal(l.Data, &cmd) != nil {
+			continue
+		}
+		// A batch entry carries its commands inside.
+		for _, c := range append([]*corpusv1.Command{&cmd}, cmd.GetBatch().GetCommands()...) {
+			if c.GetSetClusterVersion() == nil {
+				continue
+			}
+			if v, err := Parse(c.GetSetClusterVersion().Version); err == nil && Current.Less(v) {
+				return errors.New(TooOld(v))
+			}
+		}
+	}
+	return nil
 }

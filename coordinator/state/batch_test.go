@@ -220,7 +220,7 @@ func TestCheckLogReadsBatches(t *testing.T) {
 	if err := logs.StoreLog(r.batchEntry(addRecordCmd("r1", "a", "TXT", "1"), clusterVersionCmd(next.String()))); err != nil {
 		t.Fatal(err)
 	}
-	if err := state.CheckLog(logs); err == nil || err.Error() != compat.TooOld(next) {
+	if err := compat.CheckLog(logs); err == nil || err.Error() != compat.TooOld(next) {
 		t.Errorf("CheckLog(a batch raising the cluster version to %s) = %v, want %q", next, err, compat.TooOld(next))
 	}
 }

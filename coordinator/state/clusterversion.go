@@ -1,12 +1,9 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/compat"
 	"corpus/coordinator/state/statedb"
@@ -107,37 +104,3 @@ func checkSnapshot(snap *corpusv1.Snapshot) (compat.Version, error) {
 // Refused is why the last Restore refused its snapshot (nil when it did
 // not): Raft, failing to start on it, says only that no snapshot loaded.
 func (f *FSM) Refused() error { return f.refused }
-
-// CheckLog refuses to start a replica whose Raft log raises the cluster
-// version past this binary: it would stop at that entry anyway, after
-// rejoining its group. Entries that do not decode are left to Apply.
-func CheckLog(logs raft.LogStore) error {
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return fmt.Errorf("reading the raft log: %w", err)
-	}
-	last, err := logs.LastIndex()
-	if err != nil {
-		return fmt.Errorf("reading the raft log: %w", err)
-	}
-	var l raft.Log
-	for i := max(first, 1); first > 0 && i <= last; i++ {
-		if err := logs.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
-			continue
-		}
-		var cmd corpusv1.Command
-		if proto.Unmarshal(l.Data, &cmd) != nil {
-			continue
-		}
-		// A batch entry carries its commands inside.
-		for _, c := range append([]*corpusv1.Command{&cmd}, cmd.GetBatch().GetCommands()...) {
-			if c.GetSetClusterVersion() == nil {
-				continue
-			}
-			if v, err := compat.Parse(c.GetSetClusterVersion().Version); err == nil && compat.Current.Less(v) {
-				return errors.New(compat.TooOld(v))
-			}
-		}
-	}
-	return nil
-}

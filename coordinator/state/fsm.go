@@ -175,6 +175,8 @@ func (a *applier) apply(cmd *corpusv1.Command) error {
 		return a.finishCaRotation(c.FinishCaRotation)
 	case *corpusv1.Command_AbortCaRotation:
 		return a.abortCaRotation(c.AbortCaRotation)
+	case *corpusv1.Command_RejoinNode:
+		return a.rejoinNode(c.RejoinNode)
 	case *corpusv1.Command_RenewNodeCertificate:
 		return a.renewNodeCertificate(c.RenewNodeCertificate)
 	case *corpusv1.Command_SetNodeStatus:
@@ -355,7 +357,7 @@ func (a *applier) enroll(c *corpusv1.EnrollNode) error {
 		return ErrInvalidToken
 	}
 	tok := raw.(*corpusv1.JoinToken)
-	if tok.UsedBy != "" || tok.SecretHash != c.TokenSecretHash || !a.now.AsTime().Before(tok.ExpiresAt.AsTime()) {
+	if tok.UsedBy != "" || tok.SecretHash != c.TokenSecretHash || !a.now.AsTime().Before(tok.ExpiresAt.AsTime()) || tok.NodeId != "" {
 		return ErrInvalidToken
 	}
 	n := c.Node

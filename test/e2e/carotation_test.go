@@ -28,7 +28,8 @@ import (
 // new CA with it alone trusted, the old CA is refused. Then a replica
 // restarted with its original --cluster-ca flags and an agent restarted
 // come back on the new CA, and the CLI works on the CA the rotation
-// saved into its config.
+// saved into its config. A node away during a second rotation, ended
+// without it (--finish), rejoins with a rejoin token as the same node.
 func TestCARotationLive(t *testing.T) {
 	requireE2E(t)
 	lab := newNetLab(t)
@@ -252,6 +253,53 @@ func TestCARotationLive(t *testing.T) {
 	// The operator's CLI trusts what the rotation saved.
 	if out, errOut, code := c.cliIn(lab.ctl, cliEnv, "guest", "list"); code != 0 {
 		t.Errorf("the CLI on the CA the rotation saved: exit %d: %s%s", code, out, errOut)
+	}
+
+	// A node away during a second rotation holds it in its trust phase;
+	// the operator ends it without the node, which then rejoins with a
+	// rejoin token, as the same node, its guest never stopped.
+	away := agents[1]
+	away.stop(t)
+	c.mustCLI("operator", "ca", "rotate", "--no-wait")
+	var forced struct {
+		Current struct {
+			Pin string `json:"pin"`
+		} `json:"current"`
+		TrustedPem string `json:"trusted_pem"`
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI("operator", "ca", "rotate", "--finish", "--json")), &forced); err != nil {
+		t.Fatal(err)
+	}
+	if forced.Current.Pin == next || forced.TrustedPem == "" {
+		t.Fatalf("after the forced end the cluster CA is %.16s; want a third one", forced.Current.Pin)
+	}
+	if err := writeFileAtomic(trustFile, []byte(forced.TrustedPem)); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(c.mustCLI("node", "token", "--node", away.name))
+	away.proc = c.startAgent(away, "--join-token", tok)
+	// Its status may still say ready from before it stopped: the
+	// certificate it holds says it rejoined, and a report since.
+	eventually(t, 30*time.Second, away.name+" rejoined on the new CA", func() error {
+		var n struct {
+			Node struct {
+				Node struct {
+					CertCaPin string `json:"cert_ca_pin"`
+					Status    string `json:"status"`
+				} `json:"node"`
+			} `json:"node"`
+		}
+		if err := c.json(&n, "node", "show", away.name); err != nil {
+			return err
+		}
+		if n.Node.Node.CertCaPin != forced.Current.Pin || n.Node.Node.Status != "ready" {
+			return fmt.Errorf("%s is %s with a certificate of CA %.16s", away.name, n.Node.Node.Status, n.Node.Node.CertCaPin)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "the proxy to web2 after the rejoin", urls[1])
+	if _, pid, err := away.lxc.info("web2"); err != nil || pid != pids["web2"] {
+		t.Errorf("web2's init after its node rejoined: pid %d, %v; want %d (not restarted)", pid, err, pids["web2"])
 	}
 }
 

@@ -19,22 +19,35 @@ import (
 func newNodeCmd(g *Globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll and inspect compute nodes"}
 	var ttl time.Duration
+	var node string
 	token := &cobra.Command{
-		Use:   "token",
-		Short: "Create a one-time join token for enrolling a node",
-		Args:  cobra.NoArgs,
+		Use:   "token [--node NODE]",
+		Short: "Create a one-time join token for enrolling a node (or, with --node, for an enrolled node to rejoin)",
+		Long: `Create a one-time join token for enrolling a node.
+
+With --node, the token is for that enrolled node alone to rejoin: its agent,
+started with it, trades it for a new certificate when its own cannot serve
+(it expired while the node was off, or is of a cluster CA rotated out while
+the node was away). The node keeps its id, subnet and guests; its former
+certificate is no longer accepted.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(g, cmd.Context(), func(ctx context.Context, c *client.Clients) (*connect.Response[corpusv1.CreateJoinTokenResponse], error) {
-				return c.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second)}))
+				return c.Nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{TtlSeconds: int64(ttl / time.Second), Node: node}))
 			}, func(msg *corpusv1.CreateJoinTokenResponse) error {
 				fmt.Fprintln(g.stdout, msg.Token)
-				fmt.Fprintf(g.stderr, "valid once, until %s; enroll with: corpus agent --coordinator ADDR --join-token %s\n",
-					msg.Info.ExpiresAt.AsTime().Local().Format(time.RFC3339), msg.Token)
+				what := "enroll with"
+				if node != "" {
+					what = "for node " + node + " to rejoin; restart its agent with"
+				}
+				fmt.Fprintf(g.stderr, "valid once, until %s; %s: corpus agent --coordinator ADDR --join-token %s\n",
+					msg.Info.ExpiresAt.AsTime().Local().Format(time.RFC3339), what, msg.Token)
 				return nil
 			})
 		},
 	}
 	token.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+	token.Flags().StringVar(&node, "node", "", "make a rejoin token for this enrolled node (name or id)")
 
 	var yes bool
 	remove := &cobra.Command{

@@ -70,6 +70,9 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 	if err != nil {
 		return nil, err
 	}
+	if tok := view.Token(tokID); tok.GetNodeId() != "" {
+		return s.rejoin(ctx, view, tok, tokSecret, m, trust)
+	}
 	mode := m.Labels["mode"]
 	labels := map[string]string{}
 	for k, v := range m.Labels {
@@ -122,6 +125,32 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[corpusv1.Enro
 		CertificatePem: cert.CertPEM,
 		CaPem:          trust.CaPem,
 	}), nil
+}
+
+// rejoin trades a rejoin token for a new certificate of the node it was
+// made for, named as the request names it: the node keeps its id, its
+// subnet and its guests; its former certificate is no longer accepted.
+func (s *Service) rejoin(ctx context.Context, view *state.Snap, tok *corpusv1.JoinToken, tokSecret string, m *corpusv1.EnrollRequest, trust *corpusv1.ClusterTrust) (*connect.Response[corpusv1.EnrollResponse], error) {
+	n := view.Node(tok.NodeId)
+	if n == nil || n.Name != m.Name {
+		// The token says for which node; a host naming another is
+		// refused as any wrong token is.
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%w (a rejoin token is for one node, by its name)", state.ErrInvalidToken))
+	}
+	cert, err := s.b.CA.Signer().Sign(m.CsrPem, pki.Request{Role: pki.RoleNode, ID: n.Id, TTL: s.b.CertTTL})
+	if err != nil {
+		return nil, api.ToConnect(api.Invalidf("%v", err))
+	}
+	_, err = s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_RejoinNode{RejoinNode: &corpusv1.RejoinNode{
+		TokenId: tok.Id, TokenSecretHash: secret.Hash(tokSecret), NodeId: n.Id, Serial: cert.Serial, ExpiresAt: timestamppb.New(cert.NotAfter),
+		CaPin: trust.SignerPin, TrustedCaPins: trustedPins(trust),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	s.b.Logger.Info("node rejoined with a new certificate", "node", n.Name, "node_id", n.Id, "serial", cert.Serial)
+	cfg := view.Config()
+	return connect.NewResponse(&corpusv1.EnrollResponse{NodeId: n.Id, ClusterId: cfg.ClusterId, AgentKey: cfg.AgentKey, CertificatePem: cert.CertPEM, CaPem: trust.CaPem}), nil
 }
 
 // RenewCertificate signs a new certificate for the calling node and makes

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/api"
+	"corpus/coordinator/compat"
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
 	"corpus/internal/names"
@@ -47,6 +48,18 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 		SecretHash: secret.Hash(tokSecret),
 		CreatedAt:  timestamppb.New(now),
 		ExpiresAt:  timestamppb.New(now.Add(ttl)),
+	}
+	if req.Msg.Node != "" {
+		// A rejoin token, for a node that is enrolled.
+		view := s.b.Store.Read()
+		if err := compat.Check(view.ClusterVersion(), compat.NodeRejoin); err != nil {
+			return nil, api.ToConnect(err)
+		}
+		n := api.FindNode(view, req.Msg.Node)
+		if n == nil {
+			return nil, api.ToConnect(api.NotFound("node", req.Msg.Node, "corpus node list"))
+		}
+		tok.NodeId = n.Id
 	}
 	if _, err := s.b.Write(ctx, &corpusv1.Command{Cmd: &corpusv1.Command_CreateJoinToken{
 		CreateJoinToken: &corpusv1.CreateJoinToken{Token: tok},

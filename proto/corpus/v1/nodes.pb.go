@@ -362,7 +362,9 @@ func (x *DrainStatusResponse) GetEmpty() bool {
 type CreateJoinTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ttl_seconds is how long the token stays valid; 0 means one hour.
-	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// node (a name or id) makes a rejoin token for that enrolled node.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +404,13 @@ func (x *CreateJoinTokenRequest) GetTtlSeconds() int64 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *CreateJoinTokenRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
 }
 
 type CreateJoinTokenResponse struct {
@@ -723,10 +732,11 @@ const file_corpus_v1_nodes_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12-\n" +
 	"\x06guests\x18\x03 \x03(\v2\x15.corpus.v1.DrainGuestR\x06guests\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12\x14\n" +
-	"\x05empty\x18\x05 \x01(\bR\x05empty\"9\n" +
+	"\x05empty\x18\x05 \x01(\bR\x05empty\"M\n" +
 	"\x16CreateJoinTokenRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
-	"ttlSeconds\"Y\n" +
+	"ttlSeconds\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"Y\n" +
 	"\x17CreateJoinTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12(\n" +
 	"\x04info\x18\x02 \x01(\v2\x14.corpus.v1.JoinTokenR\x04info\"\x12\n" +

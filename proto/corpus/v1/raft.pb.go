@@ -121,6 +121,7 @@ type Command struct {
 	//	*Command_FinishCaRotation
 	//	*Command_AbortCaRotation
 	//	*Command_AdvanceCaRotation
+	//	*Command_RejoinNode
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -873,6 +874,15 @@ func (x *Command) GetAdvanceCaRotation() *AdvanceCaRotation {
 	return nil
 }
 
+func (x *Command) GetRejoinNode() *RejoinNode {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RejoinNode); ok {
+			return x.RejoinNode
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -1177,6 +1187,10 @@ type Command_AdvanceCaRotation struct {
 	AdvanceCaRotation *AdvanceCaRotation `protobuf:"bytes,238,opt,name=advance_ca_rotation,json=advanceCaRotation,proto3,oneof"`
 }
 
+type Command_RejoinNode struct {
+	RejoinNode *RejoinNode `protobuf:"bytes,239,opt,name=rejoin_node,json=rejoinNode,proto3,oneof"`
+}
+
 func (*Command_BootstrapCluster) isCommand_Cmd() {}
 
 func (*Command_CreateJoinToken) isCommand_Cmd() {}
@@ -1326,6 +1340,8 @@ func (*Command_FinishCaRotation) isCommand_Cmd() {}
 func (*Command_AbortCaRotation) isCommand_Cmd() {}
 
 func (*Command_AdvanceCaRotation) isCommand_Cmd() {}
+
+func (*Command_RejoinNode) isCommand_Cmd() {}
 
 // TouchUserTokens records when (and from where) tokens were last used:
 // each replica coalesces its calls' uses in memory and proposes one of
@@ -1845,6 +1861,101 @@ func (x *RenewNodeCertificate) GetTrustedCaPins() []string {
 	return nil
 }
 
+// RejoinNode consumes a rejoin token (JoinToken.node_id) of the node:
+// its certificate becomes the one given, the one it had no longer
+// accepted. Since v0.2.
+type RejoinNode struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TokenId         string                 `protobuf:"bytes,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	TokenSecretHash string                 `protobuf:"bytes,2,opt,name=token_secret_hash,json=tokenSecretHash,proto3" json:"token_secret_hash,omitempty"`
+	NodeId          string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Serial          string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	ExpiresAt       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	CaPin           string                 `protobuf:"bytes,6,opt,name=ca_pin,json=caPin,proto3" json:"ca_pin,omitempty"`
+	TrustedCaPins   []string               `protobuf:"bytes,7,rep,name=trusted_ca_pins,json=trustedCaPins,proto3" json:"trusted_ca_pins,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RejoinNode) Reset() {
+	*x = RejoinNode{}
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejoinNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejoinNode) ProtoMessage() {}
+
+func (x *RejoinNode) ProtoReflect() protoreflect.Message {
+	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejoinNode.ProtoReflect.Descriptor instead.
+func (*RejoinNode) Descriptor() ([]byte, []int) {
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RejoinNode) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *RejoinNode) GetTokenSecretHash() string {
+	if x != nil {
+		return x.TokenSecretHash
+	}
+	return ""
+}
+
+func (x *RejoinNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RejoinNode) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RejoinNode) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *RejoinNode) GetCaPin() string {
+	if x != nil {
+		return x.CaPin
+	}
+	return ""
+}
+
+func (x *RejoinNode) GetTrustedCaPins() []string {
+	if x != nil {
+		return x.TrustedCaPins
+	}
+	return nil
+}
+
 // StartCaRotation starts a rotation of the cluster CA; refused while one
 // runs, or when the cluster CA is no longer old_cert_pem. Since v0.2.
 type StartCaRotation struct {
@@ -1857,7 +1968,7 @@ type StartCaRotation struct {
 
 func (x *StartCaRotation) Reset() {
 	*x = StartCaRotation{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1980,7 @@ func (x *StartCaRotation) String() string {
 func (*StartCaRotation) ProtoMessage() {}
 
 func (x *StartCaRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[10]
+	mi := &file_corpus_v1_raft_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1993,7 @@ func (x *StartCaRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartCaRotation.ProtoReflect.Descriptor instead.
 func (*StartCaRotation) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{10}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartCaRotation) GetOldCertPem() string {
@@ -1913,7 +2024,7 @@ type FinishCaRotation struct {
 
 func (x *FinishCaRotation) Reset() {
 	*x = FinishCaRotation{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2036,7 @@ func (x *FinishCaRotation) String() string {
 func (*FinishCaRotation) ProtoMessage() {}
 
 func (x *FinishCaRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[11]
+	mi := &file_corpus_v1_raft_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2049,7 @@ func (x *FinishCaRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishCaRotation.ProtoReflect.Descriptor instead.
 func (*FinishCaRotation) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{11}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FinishCaRotation) GetPin() string {
@@ -1966,7 +2077,7 @@ type AdvanceCaRotation struct {
 
 func (x *AdvanceCaRotation) Reset() {
 	*x = AdvanceCaRotation{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2089,7 @@ func (x *AdvanceCaRotation) String() string {
 func (*AdvanceCaRotation) ProtoMessage() {}
 
 func (x *AdvanceCaRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[12]
+	mi := &file_corpus_v1_raft_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2102,7 @@ func (x *AdvanceCaRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceCaRotation.ProtoReflect.Descriptor instead.
 func (*AdvanceCaRotation) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{12}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdvanceCaRotation) GetPin() string {
@@ -2012,7 +2123,7 @@ type AbortCaRotation struct {
 
 func (x *AbortCaRotation) Reset() {
 	*x = AbortCaRotation{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2135,7 @@ func (x *AbortCaRotation) String() string {
 func (*AbortCaRotation) ProtoMessage() {}
 
 func (x *AbortCaRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[13]
+	mi := &file_corpus_v1_raft_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2148,7 @@ func (x *AbortCaRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCaRotation.ProtoReflect.Descriptor instead.
 func (*AbortCaRotation) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{13}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AbortCaRotation) GetPin() string {
@@ -2066,7 +2177,7 @@ type UpdateNode struct {
 
 func (x *UpdateNode) Reset() {
 	*x = UpdateNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2189,7 @@ func (x *UpdateNode) String() string {
 func (*UpdateNode) ProtoMessage() {}
 
 func (x *UpdateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[14]
+	mi := &file_corpus_v1_raft_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2202,7 @@ func (x *UpdateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNode.ProtoReflect.Descriptor instead.
 func (*UpdateNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{14}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateNode) GetNodeId() string {
@@ -2174,7 +2285,7 @@ type SetNodeStatus struct {
 
 func (x *SetNodeStatus) Reset() {
 	*x = SetNodeStatus{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2297,7 @@ func (x *SetNodeStatus) String() string {
 func (*SetNodeStatus) ProtoMessage() {}
 
 func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[15]
+	mi := &file_corpus_v1_raft_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2310,7 @@ func (x *SetNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStatus.ProtoReflect.Descriptor instead.
 func (*SetNodeStatus) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{15}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetNodeStatus) GetNodeId() string {
@@ -2225,7 +2336,7 @@ type CreateGuest struct {
 
 func (x *CreateGuest) Reset() {
 	*x = CreateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2348,7 @@ func (x *CreateGuest) String() string {
 func (*CreateGuest) ProtoMessage() {}
 
 func (x *CreateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[16]
+	mi := &file_corpus_v1_raft_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2361,7 @@ func (x *CreateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGuest.ProtoReflect.Descriptor instead.
 func (*CreateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{16}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateGuest) GetGuest() *Guest {
@@ -2274,7 +2385,7 @@ type SetGuestDesired struct {
 
 func (x *SetGuestDesired) Reset() {
 	*x = SetGuestDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2397,7 @@ func (x *SetGuestDesired) String() string {
 func (*SetGuestDesired) ProtoMessage() {}
 
 func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[17]
+	mi := &file_corpus_v1_raft_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2410,7 @@ func (x *SetGuestDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGuestDesired.ProtoReflect.Descriptor instead.
 func (*SetGuestDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{17}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetGuestDesired) GetName() string {
@@ -2338,7 +2449,7 @@ type PlaceGuest struct {
 
 func (x *PlaceGuest) Reset() {
 	*x = PlaceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2461,7 @@ func (x *PlaceGuest) String() string {
 func (*PlaceGuest) ProtoMessage() {}
 
 func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[18]
+	mi := &file_corpus_v1_raft_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2474,7 @@ func (x *PlaceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuest.ProtoReflect.Descriptor instead.
 func (*PlaceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{18}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlaceGuest) GetGuestId() string {
@@ -2410,7 +2521,7 @@ type PlaceGuests struct {
 
 func (x *PlaceGuests) Reset() {
 	*x = PlaceGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2533,7 @@ func (x *PlaceGuests) String() string {
 func (*PlaceGuests) ProtoMessage() {}
 
 func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[19]
+	mi := &file_corpus_v1_raft_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2546,7 @@ func (x *PlaceGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceGuests.ProtoReflect.Descriptor instead.
 func (*PlaceGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{19}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlaceGuests) GetPlacements() []*PlaceGuest {
@@ -2460,7 +2571,7 @@ type SetNodeMode struct {
 
 func (x *SetNodeMode) Reset() {
 	*x = SetNodeMode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2583,7 @@ func (x *SetNodeMode) String() string {
 func (*SetNodeMode) ProtoMessage() {}
 
 func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[20]
+	mi := &file_corpus_v1_raft_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2596,7 @@ func (x *SetNodeMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeMode.ProtoReflect.Descriptor instead.
 func (*SetNodeMode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{20}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetNodeMode) GetNodeId() string {
@@ -2520,7 +2631,7 @@ type ObservedGuest struct {
 
 func (x *ObservedGuest) Reset() {
 	*x = ObservedGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2643,7 @@ func (x *ObservedGuest) String() string {
 func (*ObservedGuest) ProtoMessage() {}
 
 func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[21]
+	mi := &file_corpus_v1_raft_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2656,7 @@ func (x *ObservedGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedGuest.ProtoReflect.Descriptor instead.
 func (*ObservedGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{21}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObservedGuest) GetGuestId() string {
@@ -2573,7 +2684,7 @@ type ReportGuests struct {
 
 func (x *ReportGuests) Reset() {
 	*x = ReportGuests{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2696,7 @@ func (x *ReportGuests) String() string {
 func (*ReportGuests) ProtoMessage() {}
 
 func (x *ReportGuests) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[22]
+	mi := &file_corpus_v1_raft_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2709,7 @@ func (x *ReportGuests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGuests.ProtoReflect.Descriptor instead.
 func (*ReportGuests) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{22}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportGuests) GetNodeId() string {
@@ -2625,7 +2736,7 @@ type CreateRoute struct {
 
 func (x *CreateRoute) Reset() {
 	*x = CreateRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2748,7 @@ func (x *CreateRoute) String() string {
 func (*CreateRoute) ProtoMessage() {}
 
 func (x *CreateRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[23]
+	mi := &file_corpus_v1_raft_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2761,7 @@ func (x *CreateRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRoute.ProtoReflect.Descriptor instead.
 func (*CreateRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{23}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateRoute) GetRoute() *Route {
@@ -2669,7 +2780,7 @@ type DeleteRoute struct {
 
 func (x *DeleteRoute) Reset() {
 	*x = DeleteRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2792,7 @@ func (x *DeleteRoute) String() string {
 func (*DeleteRoute) ProtoMessage() {}
 
 func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[24]
+	mi := &file_corpus_v1_raft_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2805,7 @@ func (x *DeleteRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRoute.ProtoReflect.Descriptor instead.
 func (*DeleteRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{24}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteRoute) GetId() string {
@@ -2716,7 +2827,7 @@ type MoveRoute struct {
 
 func (x *MoveRoute) Reset() {
 	*x = MoveRoute{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2839,7 @@ func (x *MoveRoute) String() string {
 func (*MoveRoute) ProtoMessage() {}
 
 func (x *MoveRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[25]
+	mi := &file_corpus_v1_raft_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2852,7 @@ func (x *MoveRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRoute.ProtoReflect.Descriptor instead.
 func (*MoveRoute) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{25}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MoveRoute) GetId() string {
@@ -2774,7 +2885,7 @@ type AddDnsRecord struct {
 
 func (x *AddDnsRecord) Reset() {
 	*x = AddDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2897,7 @@ func (x *AddDnsRecord) String() string {
 func (*AddDnsRecord) ProtoMessage() {}
 
 func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[26]
+	mi := &file_corpus_v1_raft_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2910,7 @@ func (x *AddDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDnsRecord.ProtoReflect.Descriptor instead.
 func (*AddDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{26}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddDnsRecord) GetRecord() *DnsRecord {
@@ -2818,7 +2929,7 @@ type DeleteDnsRecord struct {
 
 func (x *DeleteDnsRecord) Reset() {
 	*x = DeleteDnsRecord{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2941,7 @@ func (x *DeleteDnsRecord) String() string {
 func (*DeleteDnsRecord) ProtoMessage() {}
 
 func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[27]
+	mi := &file_corpus_v1_raft_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2954,7 @@ func (x *DeleteDnsRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDnsRecord.ProtoReflect.Descriptor instead.
 func (*DeleteDnsRecord) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{27}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteDnsRecord) GetId() string {
@@ -2863,7 +2974,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2986,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[28]
+	mi := &file_corpus_v1_raft_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2999,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{28}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2909,7 +3020,7 @@ type ResizeVolume struct {
 
 func (x *ResizeVolume) Reset() {
 	*x = ResizeVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3032,7 @@ func (x *ResizeVolume) String() string {
 func (*ResizeVolume) ProtoMessage() {}
 
 func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[29]
+	mi := &file_corpus_v1_raft_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3045,7 @@ func (x *ResizeVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolume.ProtoReflect.Descriptor instead.
 func (*ResizeVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{29}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResizeVolume) GetName() string {
@@ -2963,7 +3074,7 @@ type MoveVolume struct {
 
 func (x *MoveVolume) Reset() {
 	*x = MoveVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3086,7 @@ func (x *MoveVolume) String() string {
 func (*MoveVolume) ProtoMessage() {}
 
 func (x *MoveVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[30]
+	mi := &file_corpus_v1_raft_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3099,7 @@ func (x *MoveVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveVolume.ProtoReflect.Descriptor instead.
 func (*MoveVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{30}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MoveVolume) GetName() string {
@@ -3018,7 +3129,7 @@ type ObservedVolume struct {
 
 func (x *ObservedVolume) Reset() {
 	*x = ObservedVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3141,7 @@ func (x *ObservedVolume) String() string {
 func (*ObservedVolume) ProtoMessage() {}
 
 func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[31]
+	mi := &file_corpus_v1_raft_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3154,7 @@ func (x *ObservedVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedVolume.ProtoReflect.Descriptor instead.
 func (*ObservedVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{31}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ObservedVolume) GetVolumeId() string {
@@ -3078,7 +3189,7 @@ type ReportVolumes struct {
 
 func (x *ReportVolumes) Reset() {
 	*x = ReportVolumes{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3201,7 @@ func (x *ReportVolumes) String() string {
 func (*ReportVolumes) ProtoMessage() {}
 
 func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[32]
+	mi := &file_corpus_v1_raft_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3214,7 @@ func (x *ReportVolumes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportVolumes.ProtoReflect.Descriptor instead.
 func (*ReportVolumes) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{32}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportVolumes) GetNodeId() string {
@@ -3129,7 +3240,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3252,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[33]
+	mi := &file_corpus_v1_raft_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3265,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{33}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -3185,7 +3296,7 @@ type UserLogin struct {
 
 func (x *UserLogin) Reset() {
 	*x = UserLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3308,7 @@ func (x *UserLogin) String() string {
 func (*UserLogin) ProtoMessage() {}
 
 func (x *UserLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[34]
+	mi := &file_corpus_v1_raft_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3321,7 @@ func (x *UserLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserLogin.ProtoReflect.Descriptor instead.
 func (*UserLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{34}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UserLogin) GetUser() string {
@@ -3257,7 +3368,7 @@ type DeleteUser struct {
 
 func (x *DeleteUser) Reset() {
 	*x = DeleteUser{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3380,7 @@ func (x *DeleteUser) String() string {
 func (*DeleteUser) ProtoMessage() {}
 
 func (x *DeleteUser) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[35]
+	mi := &file_corpus_v1_raft_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3393,7 @@ func (x *DeleteUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUser.ProtoReflect.Descriptor instead.
 func (*DeleteUser) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{35}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteUser) GetName() string {
@@ -3303,7 +3414,7 @@ type AddSshKey struct {
 
 func (x *AddSshKey) Reset() {
 	*x = AddSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3426,7 @@ func (x *AddSshKey) String() string {
 func (*AddSshKey) ProtoMessage() {}
 
 func (x *AddSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[36]
+	mi := &file_corpus_v1_raft_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3439,7 @@ func (x *AddSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSshKey.ProtoReflect.Descriptor instead.
 func (*AddSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{36}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddSshKey) GetUser() string {
@@ -3355,7 +3466,7 @@ type DeleteSshKey struct {
 
 func (x *DeleteSshKey) Reset() {
 	*x = DeleteSshKey{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3478,7 @@ func (x *DeleteSshKey) String() string {
 func (*DeleteSshKey) ProtoMessage() {}
 
 func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[37]
+	mi := &file_corpus_v1_raft_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3491,7 @@ func (x *DeleteSshKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSshKey.ProtoReflect.Descriptor instead.
 func (*DeleteSshKey) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{37}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSshKey) GetUser() string {
@@ -3415,7 +3526,7 @@ type CreateProject struct {
 
 func (x *CreateProject) Reset() {
 	*x = CreateProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3538,7 @@ func (x *CreateProject) String() string {
 func (*CreateProject) ProtoMessage() {}
 
 func (x *CreateProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[38]
+	mi := &file_corpus_v1_raft_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3551,7 @@ func (x *CreateProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProject.ProtoReflect.Descriptor instead.
 func (*CreateProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{38}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateProject) GetProjectId() string {
@@ -3501,7 +3612,7 @@ type DeleteProject struct {
 
 func (x *DeleteProject) Reset() {
 	*x = DeleteProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3624,7 @@ func (x *DeleteProject) String() string {
 func (*DeleteProject) ProtoMessage() {}
 
 func (x *DeleteProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[39]
+	mi := &file_corpus_v1_raft_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3637,7 @@ func (x *DeleteProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProject.ProtoReflect.Descriptor instead.
 func (*DeleteProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{39}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteProject) GetName() string {
@@ -3562,7 +3673,7 @@ type GrantProject struct {
 
 func (x *GrantProject) Reset() {
 	*x = GrantProject{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3685,7 @@ func (x *GrantProject) String() string {
 func (*GrantProject) ProtoMessage() {}
 
 func (x *GrantProject) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[40]
+	mi := &file_corpus_v1_raft_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3698,7 @@ func (x *GrantProject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantProject.ProtoReflect.Descriptor instead.
 func (*GrantProject) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{40}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrantProject) GetName() string {
@@ -3623,7 +3734,7 @@ type BeginRelease struct {
 
 func (x *BeginRelease) Reset() {
 	*x = BeginRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3746,7 @@ func (x *BeginRelease) String() string {
 func (*BeginRelease) ProtoMessage() {}
 
 func (x *BeginRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[41]
+	mi := &file_corpus_v1_raft_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3759,7 @@ func (x *BeginRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginRelease.ProtoReflect.Descriptor instead.
 func (*BeginRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{41}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BeginRelease) GetRelease() *Release {
@@ -3675,7 +3786,7 @@ type FinishRelease struct {
 
 func (x *FinishRelease) Reset() {
 	*x = FinishRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3798,7 @@ func (x *FinishRelease) String() string {
 func (*FinishRelease) ProtoMessage() {}
 
 func (x *FinishRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[42]
+	mi := &file_corpus_v1_raft_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3811,7 @@ func (x *FinishRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRelease.ProtoReflect.Descriptor instead.
 func (*FinishRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{42}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinishRelease) GetId() string {
@@ -3766,7 +3877,7 @@ type SetCurrentRelease struct {
 
 func (x *SetCurrentRelease) Reset() {
 	*x = SetCurrentRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3889,7 @@ func (x *SetCurrentRelease) String() string {
 func (*SetCurrentRelease) ProtoMessage() {}
 
 func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[43]
+	mi := &file_corpus_v1_raft_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3902,7 @@ func (x *SetCurrentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentRelease.ProtoReflect.Descriptor instead.
 func (*SetCurrentRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{43}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetCurrentRelease) GetProject() string {
@@ -3835,7 +3946,7 @@ type PruneReleases struct {
 
 func (x *PruneReleases) Reset() {
 	*x = PruneReleases{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +3958,7 @@ func (x *PruneReleases) String() string {
 func (*PruneReleases) ProtoMessage() {}
 
 func (x *PruneReleases) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[44]
+	mi := &file_corpus_v1_raft_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +3971,7 @@ func (x *PruneReleases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReleases.ProtoReflect.Descriptor instead.
 func (*PruneReleases) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{44}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PruneReleases) GetProject() string {
@@ -3908,7 +4019,7 @@ type SetManifestDomains struct {
 
 func (x *SetManifestDomains) Reset() {
 	*x = SetManifestDomains{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4031,7 @@ func (x *SetManifestDomains) String() string {
 func (*SetManifestDomains) ProtoMessage() {}
 
 func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[45]
+	mi := &file_corpus_v1_raft_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4044,7 @@ func (x *SetManifestDomains) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetManifestDomains.ProtoReflect.Descriptor instead.
 func (*SetManifestDomains) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{45}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetManifestDomains) GetProject() string {
@@ -3981,7 +4092,7 @@ type UpsertCoordinator struct {
 
 func (x *UpsertCoordinator) Reset() {
 	*x = UpsertCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4104,7 @@ func (x *UpsertCoordinator) String() string {
 func (*UpsertCoordinator) ProtoMessage() {}
 
 func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[46]
+	mi := &file_corpus_v1_raft_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4117,7 @@ func (x *UpsertCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertCoordinator.ProtoReflect.Descriptor instead.
 func (*UpsertCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{46}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpsertCoordinator) GetCoordinator() *Coordinator {
@@ -4026,7 +4137,7 @@ type RemoveCoordinator struct {
 
 func (x *RemoveCoordinator) Reset() {
 	*x = RemoveCoordinator{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4149,7 @@ func (x *RemoveCoordinator) String() string {
 func (*RemoveCoordinator) ProtoMessage() {}
 
 func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[47]
+	mi := &file_corpus_v1_raft_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4162,7 @@ func (x *RemoveCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveCoordinator.ProtoReflect.Descriptor instead.
 func (*RemoveCoordinator) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{47}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveCoordinator) GetId() string {
@@ -4071,7 +4182,7 @@ type CreateUserToken struct {
 
 func (x *CreateUserToken) Reset() {
 	*x = CreateUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4194,7 @@ func (x *CreateUserToken) String() string {
 func (*CreateUserToken) ProtoMessage() {}
 
 func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[48]
+	mi := &file_corpus_v1_raft_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4207,7 @@ func (x *CreateUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserToken.ProtoReflect.Descriptor instead.
 func (*CreateUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{48}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateUserToken) GetToken() *UserToken {
@@ -4116,7 +4227,7 @@ type RevokeUserToken struct {
 
 func (x *RevokeUserToken) Reset() {
 	*x = RevokeUserToken{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4239,7 @@ func (x *RevokeUserToken) String() string {
 func (*RevokeUserToken) ProtoMessage() {}
 
 func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[49]
+	mi := &file_corpus_v1_raft_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4252,7 @@ func (x *RevokeUserToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeUserToken.ProtoReflect.Descriptor instead.
 func (*RevokeUserToken) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{49}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RevokeUserToken) GetId() string {
@@ -4161,7 +4272,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4284,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[50]
+	mi := &file_corpus_v1_raft_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4297,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{50}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveNode) GetNodeId() string {
@@ -4239,7 +4350,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4251,7 +4362,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[51]
+	mi := &file_corpus_v1_raft_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4264,7 +4375,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{51}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -4454,7 +4565,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4466,7 +4577,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[52]
+	mi := &file_corpus_v1_raft_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4479,7 +4590,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{52}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetClusterVersion) GetVersion() string {
@@ -4502,7 +4613,7 @@ type PutExtension struct {
 
 func (x *PutExtension) Reset() {
 	*x = PutExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4514,7 +4625,7 @@ func (x *PutExtension) String() string {
 func (*PutExtension) ProtoMessage() {}
 
 func (x *PutExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[53]
+	mi := &file_corpus_v1_raft_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4527,7 +4638,7 @@ func (x *PutExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExtension.ProtoReflect.Descriptor instead.
 func (*PutExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{53}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PutExtension) GetExtension() *Extension {
@@ -4553,7 +4664,7 @@ type DeleteExtension struct {
 
 func (x *DeleteExtension) Reset() {
 	*x = DeleteExtension{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4676,7 @@ func (x *DeleteExtension) String() string {
 func (*DeleteExtension) ProtoMessage() {}
 
 func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[54]
+	mi := &file_corpus_v1_raft_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4689,7 @@ func (x *DeleteExtension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExtension.ProtoReflect.Descriptor instead.
 func (*DeleteExtension) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{54}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteExtension) GetName() string {
@@ -4599,7 +4710,7 @@ type PutRegistryLogin struct {
 
 func (x *PutRegistryLogin) Reset() {
 	*x = PutRegistryLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4722,7 @@ func (x *PutRegistryLogin) String() string {
 func (*PutRegistryLogin) ProtoMessage() {}
 
 func (x *PutRegistryLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[55]
+	mi := &file_corpus_v1_raft_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4735,7 @@ func (x *PutRegistryLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRegistryLogin.ProtoReflect.Descriptor instead.
 func (*PutRegistryLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{55}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PutRegistryLogin) GetLogin() *RegistryLogin {
@@ -4645,7 +4756,7 @@ type DeleteRegistryLogin struct {
 
 func (x *DeleteRegistryLogin) Reset() {
 	*x = DeleteRegistryLogin{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4768,7 @@ func (x *DeleteRegistryLogin) String() string {
 func (*DeleteRegistryLogin) ProtoMessage() {}
 
 func (x *DeleteRegistryLogin) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[56]
+	mi := &file_corpus_v1_raft_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4781,7 @@ func (x *DeleteRegistryLogin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRegistryLogin.ProtoReflect.Descriptor instead.
 func (*DeleteRegistryLogin) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{56}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteRegistryLogin) GetHost() string {
@@ -4694,7 +4805,7 @@ type SetConfig struct {
 
 func (x *SetConfig) Reset() {
 	*x = SetConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +4817,7 @@ func (x *SetConfig) String() string {
 func (*SetConfig) ProtoMessage() {}
 
 func (x *SetConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[57]
+	mi := &file_corpus_v1_raft_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +4830,7 @@ func (x *SetConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfig.ProtoReflect.Descriptor instead.
 func (*SetConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{57}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetConfig) GetProject() string {
@@ -4767,7 +4878,7 @@ type SetKeyring struct {
 
 func (x *SetKeyring) Reset() {
 	*x = SetKeyring{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4779,7 +4890,7 @@ func (x *SetKeyring) String() string {
 func (*SetKeyring) ProtoMessage() {}
 
 func (x *SetKeyring) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[58]
+	mi := &file_corpus_v1_raft_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4792,7 +4903,7 @@ func (x *SetKeyring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyring.ProtoReflect.Descriptor instead.
 func (*SetKeyring) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{58}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetKeyring) GetKeyring() *Keyring {
@@ -4851,7 +4962,7 @@ type ResealedConfig struct {
 
 func (x *ResealedConfig) Reset() {
 	*x = ResealedConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4863,7 +4974,7 @@ func (x *ResealedConfig) String() string {
 func (*ResealedConfig) ProtoMessage() {}
 
 func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[59]
+	mi := &file_corpus_v1_raft_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4876,7 +4987,7 @@ func (x *ResealedConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResealedConfig.ProtoReflect.Descriptor instead.
 func (*ResealedConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{59}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResealedConfig) GetProject() string {
@@ -4958,7 +5069,7 @@ type SetWebPort struct {
 
 func (x *SetWebPort) Reset() {
 	*x = SetWebPort{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4970,7 +5081,7 @@ func (x *SetWebPort) String() string {
 func (*SetWebPort) ProtoMessage() {}
 
 func (x *SetWebPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[60]
+	mi := &file_corpus_v1_raft_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4983,7 +5094,7 @@ func (x *SetWebPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWebPort.ProtoReflect.Descriptor instead.
 func (*SetWebPort) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{60}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetWebPort) GetProject() string {
@@ -5046,7 +5157,7 @@ type ScaleEnv struct {
 
 func (x *ScaleEnv) Reset() {
 	*x = ScaleEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5169,7 @@ func (x *ScaleEnv) String() string {
 func (*ScaleEnv) ProtoMessage() {}
 
 func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[61]
+	mi := &file_corpus_v1_raft_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5182,7 @@ func (x *ScaleEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleEnv.ProtoReflect.Descriptor instead.
 func (*ScaleEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{61}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ScaleEnv) GetProject() string {
@@ -5158,7 +5269,7 @@ type SetAutoscale struct {
 
 func (x *SetAutoscale) Reset() {
 	*x = SetAutoscale{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5170,7 +5281,7 @@ func (x *SetAutoscale) String() string {
 func (*SetAutoscale) ProtoMessage() {}
 
 func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[62]
+	mi := &file_corpus_v1_raft_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5183,7 +5294,7 @@ func (x *SetAutoscale) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoscale.ProtoReflect.Descriptor instead.
 func (*SetAutoscale) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{62}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetAutoscale) GetProject() string {
@@ -5229,7 +5340,7 @@ type SetInstanceRelease struct {
 
 func (x *SetInstanceRelease) Reset() {
 	*x = SetInstanceRelease{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5241,7 +5352,7 @@ func (x *SetInstanceRelease) String() string {
 func (*SetInstanceRelease) ProtoMessage() {}
 
 func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[63]
+	mi := &file_corpus_v1_raft_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5254,7 +5365,7 @@ func (x *SetInstanceRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetInstanceRelease.ProtoReflect.Descriptor instead.
 func (*SetInstanceRelease) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{63}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SetInstanceRelease) GetProject() string {
@@ -5315,7 +5426,7 @@ type SwitchEnv struct {
 
 func (x *SwitchEnv) Reset() {
 	*x = SwitchEnv{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5327,7 +5438,7 @@ func (x *SwitchEnv) String() string {
 func (*SwitchEnv) ProtoMessage() {}
 
 func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[64]
+	mi := &file_corpus_v1_raft_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5340,7 +5451,7 @@ func (x *SwitchEnv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchEnv.ProtoReflect.Descriptor instead.
 func (*SwitchEnv) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{64}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SwitchEnv) GetProject() string {
@@ -5422,7 +5533,7 @@ type UpdateGuest struct {
 
 func (x *UpdateGuest) Reset() {
 	*x = UpdateGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5434,7 +5545,7 @@ func (x *UpdateGuest) String() string {
 func (*UpdateGuest) ProtoMessage() {}
 
 func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[65]
+	mi := &file_corpus_v1_raft_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5447,7 +5558,7 @@ func (x *UpdateGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGuest.ProtoReflect.Descriptor instead.
 func (*UpdateGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{65}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpdateGuest) GetName() string {
@@ -5483,7 +5594,7 @@ type CreateService struct {
 
 func (x *CreateService) Reset() {
 	*x = CreateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5495,7 +5606,7 @@ func (x *CreateService) String() string {
 func (*CreateService) ProtoMessage() {}
 
 func (x *CreateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[66]
+	mi := &file_corpus_v1_raft_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5508,7 +5619,7 @@ func (x *CreateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateService.ProtoReflect.Descriptor instead.
 func (*CreateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{66}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateService) GetService() *Service {
@@ -5539,7 +5650,7 @@ type SetServiceDesired struct {
 
 func (x *SetServiceDesired) Reset() {
 	*x = SetServiceDesired{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5551,7 +5662,7 @@ func (x *SetServiceDesired) String() string {
 func (*SetServiceDesired) ProtoMessage() {}
 
 func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[67]
+	mi := &file_corpus_v1_raft_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5564,7 +5675,7 @@ func (x *SetServiceDesired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetServiceDesired.ProtoReflect.Descriptor instead.
 func (*SetServiceDesired) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{67}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SetServiceDesired) GetName() string {
@@ -5602,7 +5713,7 @@ type LinkService struct {
 
 func (x *LinkService) Reset() {
 	*x = LinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5614,7 +5725,7 @@ func (x *LinkService) String() string {
 func (*LinkService) ProtoMessage() {}
 
 func (x *LinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[68]
+	mi := &file_corpus_v1_raft_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5627,7 +5738,7 @@ func (x *LinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkService.ProtoReflect.Descriptor instead.
 func (*LinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{68}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LinkService) GetService() string {
@@ -5663,7 +5774,7 @@ type UnlinkService struct {
 
 func (x *UnlinkService) Reset() {
 	*x = UnlinkService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5786,7 @@ func (x *UnlinkService) String() string {
 func (*UnlinkService) ProtoMessage() {}
 
 func (x *UnlinkService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[69]
+	mi := &file_corpus_v1_raft_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5799,7 @@ func (x *UnlinkService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkService.ProtoReflect.Descriptor instead.
 func (*UnlinkService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{69}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UnlinkService) GetService() string {
@@ -5724,7 +5835,7 @@ type UpdateService struct {
 
 func (x *UpdateService) Reset() {
 	*x = UpdateService{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5736,7 +5847,7 @@ func (x *UpdateService) String() string {
 func (*UpdateService) ProtoMessage() {}
 
 func (x *UpdateService) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[70]
+	mi := &file_corpus_v1_raft_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5749,7 +5860,7 @@ func (x *UpdateService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateService.ProtoReflect.Descriptor instead.
 func (*UpdateService) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{70}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UpdateService) GetName() string {
@@ -5784,7 +5895,7 @@ type ReportServices struct {
 
 func (x *ReportServices) Reset() {
 	*x = ReportServices{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5796,7 +5907,7 @@ func (x *ReportServices) String() string {
 func (*ReportServices) ProtoMessage() {}
 
 func (x *ReportServices) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[71]
+	mi := &file_corpus_v1_raft_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5809,7 +5920,7 @@ func (x *ReportServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportServices.ProtoReflect.Descriptor instead.
 func (*ReportServices) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{71}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReportServices) GetNodeId() string {
@@ -5836,7 +5947,7 @@ type BeginBackup struct {
 
 func (x *BeginBackup) Reset() {
 	*x = BeginBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +5959,7 @@ func (x *BeginBackup) String() string {
 func (*BeginBackup) ProtoMessage() {}
 
 func (x *BeginBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[72]
+	mi := &file_corpus_v1_raft_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +5972,7 @@ func (x *BeginBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginBackup.ProtoReflect.Descriptor instead.
 func (*BeginBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{72}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BeginBackup) GetBackup() *Backup {
@@ -5885,7 +5996,7 @@ type FinishBackup struct {
 
 func (x *FinishBackup) Reset() {
 	*x = FinishBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5897,7 +6008,7 @@ func (x *FinishBackup) String() string {
 func (*FinishBackup) ProtoMessage() {}
 
 func (x *FinishBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[73]
+	mi := &file_corpus_v1_raft_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5910,7 +6021,7 @@ func (x *FinishBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishBackup.ProtoReflect.Descriptor instead.
 func (*FinishBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{73}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FinishBackup) GetId() string {
@@ -5958,7 +6069,7 @@ type DeleteBackup struct {
 
 func (x *DeleteBackup) Reset() {
 	*x = DeleteBackup{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5970,7 +6081,7 @@ func (x *DeleteBackup) String() string {
 func (*DeleteBackup) ProtoMessage() {}
 
 func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[74]
+	mi := &file_corpus_v1_raft_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5983,7 +6094,7 @@ func (x *DeleteBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBackup.ProtoReflect.Descriptor instead.
 func (*DeleteBackup) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{74}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteBackup) GetId() string {
@@ -6011,7 +6122,7 @@ type UpdateVolume struct {
 
 func (x *UpdateVolume) Reset() {
 	*x = UpdateVolume{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[75]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6023,7 +6134,7 @@ func (x *UpdateVolume) String() string {
 func (*UpdateVolume) ProtoMessage() {}
 
 func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[75]
+	mi := &file_corpus_v1_raft_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6036,7 +6147,7 @@ func (x *UpdateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolume.ProtoReflect.Descriptor instead.
 func (*UpdateVolume) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{75}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UpdateVolume) GetName() string {
@@ -6072,7 +6183,7 @@ type ReplaceServiceGuest struct {
 
 func (x *ReplaceServiceGuest) Reset() {
 	*x = ReplaceServiceGuest{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[76]
+	mi := &file_corpus_v1_raft_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6084,7 +6195,7 @@ func (x *ReplaceServiceGuest) String() string {
 func (*ReplaceServiceGuest) ProtoMessage() {}
 
 func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[76]
+	mi := &file_corpus_v1_raft_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6097,7 +6208,7 @@ func (x *ReplaceServiceGuest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceServiceGuest.ProtoReflect.Descriptor instead.
 func (*ReplaceServiceGuest) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{76}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReplaceServiceGuest) GetService() string {
@@ -6141,7 +6252,7 @@ type SetAcmeConfig struct {
 
 func (x *SetAcmeConfig) Reset() {
 	*x = SetAcmeConfig{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[77]
+	mi := &file_corpus_v1_raft_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6153,7 +6264,7 @@ func (x *SetAcmeConfig) String() string {
 func (*SetAcmeConfig) ProtoMessage() {}
 
 func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[77]
+	mi := &file_corpus_v1_raft_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6166,7 +6277,7 @@ func (x *SetAcmeConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAcmeConfig.ProtoReflect.Descriptor instead.
 func (*SetAcmeConfig) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{77}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *SetAcmeConfig) GetConfig() *AcmeConfig {
@@ -6198,7 +6309,7 @@ type PutCertificate struct {
 
 func (x *PutCertificate) Reset() {
 	*x = PutCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[78]
+	mi := &file_corpus_v1_raft_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6210,7 +6321,7 @@ func (x *PutCertificate) String() string {
 func (*PutCertificate) ProtoMessage() {}
 
 func (x *PutCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[78]
+	mi := &file_corpus_v1_raft_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6223,7 +6334,7 @@ func (x *PutCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCertificate.ProtoReflect.Descriptor instead.
 func (*PutCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{78}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PutCertificate) GetCertificate() *Certificate {
@@ -6249,7 +6360,7 @@ type DeleteCertificate struct {
 
 func (x *DeleteCertificate) Reset() {
 	*x = DeleteCertificate{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[79]
+	mi := &file_corpus_v1_raft_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6261,7 +6372,7 @@ func (x *DeleteCertificate) String() string {
 func (*DeleteCertificate) ProtoMessage() {}
 
 func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[79]
+	mi := &file_corpus_v1_raft_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6274,7 +6385,7 @@ func (x *DeleteCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCertificate.ProtoReflect.Descriptor instead.
 func (*DeleteCertificate) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{79}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteCertificate) GetDomain() string {
@@ -6297,7 +6408,7 @@ type SetRouteTls struct {
 
 func (x *SetRouteTls) Reset() {
 	*x = SetRouteTls{}
-	mi := &file_corpus_v1_raft_proto_msgTypes[80]
+	mi := &file_corpus_v1_raft_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6309,7 +6420,7 @@ func (x *SetRouteTls) String() string {
 func (*SetRouteTls) ProtoMessage() {}
 
 func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
-	mi := &file_corpus_v1_raft_proto_msgTypes[80]
+	mi := &file_corpus_v1_raft_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6322,7 +6433,7 @@ func (x *SetRouteTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteTls.ProtoReflect.Descriptor instead.
 func (*SetRouteTls) Descriptor() ([]byte, []int) {
-	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{80}
+	return file_corpus_v1_raft_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SetRouteTls) GetId() string {
@@ -6357,7 +6468,7 @@ var File_corpus_v1_raft_proto protoreflect.FileDescriptor
 
 const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\x1a\x1acorpus/v1/registries.proto\"\xef(\n" +
+	"\x14corpus/v1/raft.proto\x12\tcorpus.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15corpus/v1/types.proto\x1a\x1acorpus/v1/extensions.proto\x1a\x18corpus/v1/services.proto\x1a\x1acorpus/v1/registries.proto\"\xaa)\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
 	"\tignorable\x18\x02 \x01(\bR\tignorable\x12,\n" +
@@ -6452,7 +6563,9 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\x11start_ca_rotation\x18\xeb\x01 \x01(\v2\x1a.corpus.v1.StartCaRotationH\x00R\x0fstartCaRotation\x12L\n" +
 	"\x12finish_ca_rotation\x18\xec\x01 \x01(\v2\x1b.corpus.v1.FinishCaRotationH\x00R\x10finishCaRotation\x12I\n" +
 	"\x11abort_ca_rotation\x18\xed\x01 \x01(\v2\x1a.corpus.v1.AbortCaRotationH\x00R\x0fabortCaRotation\x12O\n" +
-	"\x13advance_ca_rotation\x18\xee\x01 \x01(\v2\x1c.corpus.v1.AdvanceCaRotationH\x00R\x11advanceCaRotationB\x05\n" +
+	"\x13advance_ca_rotation\x18\xee\x01 \x01(\v2\x1c.corpus.v1.AdvanceCaRotationH\x00R\x11advanceCaRotation\x129\n" +
+	"\vrejoin_node\x18\xef\x01 \x01(\v2\x15.corpus.v1.RejoinNodeH\x00R\n" +
+	"rejoinNodeB\x05\n" +
 	"\x03cmd\"j\n" +
 	"\x0fTouchUserTokens\x12'\n" +
 	"\x04uses\x18\x01 \x03(\v2\x13.corpus.v1.TokenUseR\x04uses\x12.\n" +
@@ -6485,7 +6598,17 @@ const file_corpus_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
 	"\x06ca_pin\x18\x04 \x01(\tR\x05caPin\x12&\n" +
-	"\x0ftrusted_ca_pins\x18\x05 \x03(\tR\rtrustedCaPins\"f\n" +
+	"\x0ftrusted_ca_pins\x18\x05 \x03(\tR\rtrustedCaPins\"\xfe\x01\n" +
+	"\n" +
+	"RejoinNode\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12*\n" +
+	"\x11token_secret_hash\x18\x02 \x01(\tR\x0ftokenSecretHash\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
+	"\x06ca_pin\x18\x06 \x01(\tR\x05caPin\x12&\n" +
+	"\x0ftrusted_ca_pins\x18\a \x03(\tR\rtrustedCaPins\"f\n" +
 	"\x0fStartCaRotation\x12 \n" +
 	"\fold_cert_pem\x18\x01 \x01(\tR\n" +
 	"oldCertPem\x121\n" +
@@ -6844,7 +6967,7 @@ func file_corpus_v1_raft_proto_rawDescGZIP() []byte {
 	return file_corpus_v1_raft_proto_rawDescData
 }
 
-var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_corpus_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_corpus_v1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: corpus.v1.Command
 	(*TouchUserTokens)(nil),       // 1: corpus.v1.TouchUserTokens
@@ -6856,279 +6979,282 @@ var file_corpus_v1_raft_proto_goTypes = []any{
 	(*CreateJoinToken)(nil),       // 7: corpus.v1.CreateJoinToken
 	(*EnrollNode)(nil),            // 8: corpus.v1.EnrollNode
 	(*RenewNodeCertificate)(nil),  // 9: corpus.v1.RenewNodeCertificate
-	(*StartCaRotation)(nil),       // 10: corpus.v1.StartCaRotation
-	(*FinishCaRotation)(nil),      // 11: corpus.v1.FinishCaRotation
-	(*AdvanceCaRotation)(nil),     // 12: corpus.v1.AdvanceCaRotation
-	(*AbortCaRotation)(nil),       // 13: corpus.v1.AbortCaRotation
-	(*UpdateNode)(nil),            // 14: corpus.v1.UpdateNode
-	(*SetNodeStatus)(nil),         // 15: corpus.v1.SetNodeStatus
-	(*CreateGuest)(nil),           // 16: corpus.v1.CreateGuest
-	(*SetGuestDesired)(nil),       // 17: corpus.v1.SetGuestDesired
-	(*PlaceGuest)(nil),            // 18: corpus.v1.PlaceGuest
-	(*PlaceGuests)(nil),           // 19: corpus.v1.PlaceGuests
-	(*SetNodeMode)(nil),           // 20: corpus.v1.SetNodeMode
-	(*ObservedGuest)(nil),         // 21: corpus.v1.ObservedGuest
-	(*ReportGuests)(nil),          // 22: corpus.v1.ReportGuests
-	(*CreateRoute)(nil),           // 23: corpus.v1.CreateRoute
-	(*DeleteRoute)(nil),           // 24: corpus.v1.DeleteRoute
-	(*MoveRoute)(nil),             // 25: corpus.v1.MoveRoute
-	(*AddDnsRecord)(nil),          // 26: corpus.v1.AddDnsRecord
-	(*DeleteDnsRecord)(nil),       // 27: corpus.v1.DeleteDnsRecord
-	(*DeleteVolume)(nil),          // 28: corpus.v1.DeleteVolume
-	(*ResizeVolume)(nil),          // 29: corpus.v1.ResizeVolume
-	(*MoveVolume)(nil),            // 30: corpus.v1.MoveVolume
-	(*ObservedVolume)(nil),        // 31: corpus.v1.ObservedVolume
-	(*ReportVolumes)(nil),         // 32: corpus.v1.ReportVolumes
-	(*CreateUser)(nil),            // 33: corpus.v1.CreateUser
-	(*UserLogin)(nil),             // 34: corpus.v1.UserLogin
-	(*DeleteUser)(nil),            // 35: corpus.v1.DeleteUser
-	(*AddSshKey)(nil),             // 36: corpus.v1.AddSshKey
-	(*DeleteSshKey)(nil),          // 37: corpus.v1.DeleteSshKey
-	(*CreateProject)(nil),         // 38: corpus.v1.CreateProject
-	(*DeleteProject)(nil),         // 39: corpus.v1.DeleteProject
-	(*GrantProject)(nil),          // 40: corpus.v1.GrantProject
-	(*BeginRelease)(nil),          // 41: corpus.v1.BeginRelease
-	(*FinishRelease)(nil),         // 42: corpus.v1.FinishRelease
-	(*SetCurrentRelease)(nil),     // 43: corpus.v1.SetCurrentRelease
-	(*PruneReleases)(nil),         // 44: corpus.v1.PruneReleases
-	(*SetManifestDomains)(nil),    // 45: corpus.v1.SetManifestDomains
-	(*UpsertCoordinator)(nil),     // 46: corpus.v1.UpsertCoordinator
-	(*RemoveCoordinator)(nil),     // 47: corpus.v1.RemoveCoordinator
-	(*CreateUserToken)(nil),       // 48: corpus.v1.CreateUserToken
-	(*RevokeUserToken)(nil),       // 49: corpus.v1.RevokeUserToken
-	(*RemoveNode)(nil),            // 50: corpus.v1.RemoveNode
-	(*Snapshot)(nil),              // 51: corpus.v1.Snapshot
-	(*SetClusterVersion)(nil),     // 52: corpus.v1.SetClusterVersion
-	(*PutExtension)(nil),          // 53: corpus.v1.PutExtension
-	(*DeleteExtension)(nil),       // 54: corpus.v1.DeleteExtension
-	(*PutRegistryLogin)(nil),      // 55: corpus.v1.PutRegistryLogin
-	(*DeleteRegistryLogin)(nil),   // 56: corpus.v1.DeleteRegistryLogin
-	(*SetConfig)(nil),             // 57: corpus.v1.SetConfig
-	(*SetKeyring)(nil),            // 58: corpus.v1.SetKeyring
-	(*ResealedConfig)(nil),        // 59: corpus.v1.ResealedConfig
-	(*SetWebPort)(nil),            // 60: corpus.v1.SetWebPort
-	(*ScaleEnv)(nil),              // 61: corpus.v1.ScaleEnv
-	(*SetAutoscale)(nil),          // 62: corpus.v1.SetAutoscale
-	(*SetInstanceRelease)(nil),    // 63: corpus.v1.SetInstanceRelease
-	(*SwitchEnv)(nil),             // 64: corpus.v1.SwitchEnv
-	(*UpdateGuest)(nil),           // 65: corpus.v1.UpdateGuest
-	(*CreateService)(nil),         // 66: corpus.v1.CreateService
-	(*SetServiceDesired)(nil),     // 67: corpus.v1.SetServiceDesired
-	(*LinkService)(nil),           // 68: corpus.v1.LinkService
-	(*UnlinkService)(nil),         // 69: corpus.v1.UnlinkService
-	(*UpdateService)(nil),         // 70: corpus.v1.UpdateService
-	(*ReportServices)(nil),        // 71: corpus.v1.ReportServices
-	(*BeginBackup)(nil),           // 72: corpus.v1.BeginBackup
-	(*FinishBackup)(nil),          // 73: corpus.v1.FinishBackup
-	(*DeleteBackup)(nil),          // 74: corpus.v1.DeleteBackup
-	(*UpdateVolume)(nil),          // 75: corpus.v1.UpdateVolume
-	(*ReplaceServiceGuest)(nil),   // 76: corpus.v1.ReplaceServiceGuest
-	(*SetAcmeConfig)(nil),         // 77: corpus.v1.SetAcmeConfig
-	(*PutCertificate)(nil),        // 78: corpus.v1.PutCertificate
-	(*DeleteCertificate)(nil),     // 79: corpus.v1.DeleteCertificate
-	(*SetRouteTls)(nil),           // 80: corpus.v1.SetRouteTls
-	nil,                           // 81: corpus.v1.UpdateNode.LabelsEntry
-	nil,                           // 82: corpus.v1.SetConfig.SetEntry
-	nil,                           // 83: corpus.v1.ResealedConfig.ConfigEntry
-	nil,                           // 84: corpus.v1.ScaleEnv.ScaleEntry
-	nil,                           // 85: corpus.v1.SwitchEnv.InstancePortsEntry
-	nil,                           // 86: corpus.v1.LinkService.ConfigEntry
-	(*timestamppb.Timestamp)(nil), // 87: google.protobuf.Timestamp
-	(*OrphanGuest)(nil),           // 88: corpus.v1.OrphanGuest
-	(*ClusterConfig)(nil),         // 89: corpus.v1.ClusterConfig
-	(*JoinToken)(nil),             // 90: corpus.v1.JoinToken
-	(*Node)(nil),                  // 91: corpus.v1.Node
-	(*CaRotation)(nil),            // 92: corpus.v1.CaRotation
-	(*Keyring)(nil),               // 93: corpus.v1.Keyring
-	(*Resources)(nil),             // 94: corpus.v1.Resources
-	(*DriverInfo)(nil),            // 95: corpus.v1.DriverInfo
-	(*Guest)(nil),                 // 96: corpus.v1.Guest
-	(*GuestObserved)(nil),         // 97: corpus.v1.GuestObserved
-	(*Route)(nil),                 // 98: corpus.v1.Route
-	(*DnsRecord)(nil),             // 99: corpus.v1.DnsRecord
-	(*VolumeObserved)(nil),        // 100: corpus.v1.VolumeObserved
-	(*User)(nil),                  // 101: corpus.v1.User
-	(*UserToken)(nil),             // 102: corpus.v1.UserToken
-	(*SshKey)(nil),                // 103: corpus.v1.SshKey
-	(*ProjectEnv)(nil),            // 104: corpus.v1.ProjectEnv
-	(*AdmissionChange)(nil),       // 105: corpus.v1.AdmissionChange
-	(*Release)(nil),               // 106: corpus.v1.Release
-	(*ReleaseStep)(nil),           // 107: corpus.v1.ReleaseStep
-	(*Coordinator)(nil),           // 108: corpus.v1.Coordinator
-	(*Volume)(nil),                // 109: corpus.v1.Volume
-	(*Project)(nil),               // 110: corpus.v1.Project
-	(*AuditEntry)(nil),            // 111: corpus.v1.AuditEntry
-	(*Service)(nil),               // 112: corpus.v1.Service
-	(*Backup)(nil),                // 113: corpus.v1.Backup
-	(*AcmeConfig)(nil),            // 114: corpus.v1.AcmeConfig
-	(*Certificate)(nil),           // 115: corpus.v1.Certificate
-	(*Extension)(nil),             // 116: corpus.v1.Extension
-	(*RegistryLogin)(nil),         // 117: corpus.v1.RegistryLogin
-	(*AutoscalePolicy)(nil),       // 118: corpus.v1.AutoscalePolicy
-	(*GuestSpec)(nil),             // 119: corpus.v1.GuestSpec
-	(*ServiceLink)(nil),           // 120: corpus.v1.ServiceLink
-	(*ReportedService)(nil),       // 121: corpus.v1.ReportedService
+	(*RejoinNode)(nil),            // 10: corpus.v1.RejoinNode
+	(*StartCaRotation)(nil),       // 11: corpus.v1.StartCaRotation
+	(*FinishCaRotation)(nil),      // 12: corpus.v1.FinishCaRotation
+	(*AdvanceCaRotation)(nil),     // 13: corpus.v1.AdvanceCaRotation
+	(*AbortCaRotation)(nil),       // 14: corpus.v1.AbortCaRotation
+	(*UpdateNode)(nil),            // 15: corpus.v1.UpdateNode
+	(*SetNodeStatus)(nil),         // 16: corpus.v1.SetNodeStatus
+	(*CreateGuest)(nil),           // 17: corpus.v1.CreateGuest
+	(*SetGuestDesired)(nil),       // 18: corpus.v1.SetGuestDesired
+	(*PlaceGuest)(nil),            // 19: corpus.v1.PlaceGuest
+	(*PlaceGuests)(nil),           // 20: corpus.v1.PlaceGuests
+	(*SetNodeMode)(nil),           // 21: corpus.v1.SetNodeMode
+	(*ObservedGuest)(nil),         // 22: corpus.v1.ObservedGuest
+	(*ReportGuests)(nil),          // 23: corpus.v1.ReportGuests
+	(*CreateRoute)(nil),           // 24: corpus.v1.CreateRoute
+	(*DeleteRoute)(nil),           // 25: corpus.v1.DeleteRoute
+	(*MoveRoute)(nil),             // 26: corpus.v1.MoveRoute
+	(*AddDnsRecord)(nil),          // 27: corpus.v1.AddDnsRecord
+	(*DeleteDnsRecord)(nil),       // 28: corpus.v1.DeleteDnsRecord
+	(*DeleteVolume)(nil),          // 29: corpus.v1.DeleteVolume
+	(*ResizeVolume)(nil),          // 30: corpus.v1.ResizeVolume
+	(*MoveVolume)(nil),            // 31: corpus.v1.MoveVolume
+	(*ObservedVolume)(nil),        // 32: corpus.v1.ObservedVolume
+	(*ReportVolumes)(nil),         // 33: corpus.v1.ReportVolumes
+	(*CreateUser)(nil),            // 34: corpus.v1.CreateUser
+	(*UserLogin)(nil),             // 35: corpus.v1.UserLogin
+	(*DeleteUser)(nil),            // 36: corpus.v1.DeleteUser
+	(*AddSshKey)(nil),             // 37: corpus.v1.AddSshKey
+	(*DeleteSshKey)(nil),          // 38: corpus.v1.DeleteSshKey
+	(*CreateProject)(nil),         // 39: corpus.v1.CreateProject
+	(*DeleteProject)(nil),         // 40: corpus.v1.DeleteProject
+	(*GrantProject)(nil),          // 41: corpus.v1.GrantProject
+	(*BeginRelease)(nil),          // 42: corpus.v1.BeginRelease
+	(*FinishRelease)(nil),         // 43: corpus.v1.FinishRelease
+	(*SetCurrentRelease)(nil),     // 44: corpus.v1.SetCurrentRelease
+	(*PruneReleases)(nil),         // 45: corpus.v1.PruneReleases
+	(*SetManifestDomains)(nil),    // 46: corpus.v1.SetManifestDomains
+	(*UpsertCoordinator)(nil),     // 47: corpus.v1.UpsertCoordinator
+	(*RemoveCoordinator)(nil),     // 48: corpus.v1.RemoveCoordinator
+	(*CreateUserToken)(nil),       // 49: corpus.v1.CreateUserToken
+	(*RevokeUserToken)(nil),       // 50: corpus.v1.RevokeUserToken
+	(*RemoveNode)(nil),            // 51: corpus.v1.RemoveNode
+	(*Snapshot)(nil),              // 52: corpus.v1.Snapshot
+	(*SetClusterVersion)(nil),     // 53: corpus.v1.SetClusterVersion
+	(*PutExtension)(nil),          // 54: corpus.v1.PutExtension
+	(*DeleteExtension)(nil),       // 55: corpus.v1.DeleteExtension
+	(*PutRegistryLogin)(nil),      // 56: corpus.v1.PutRegistryLogin
+	(*DeleteRegistryLogin)(nil),   // 57: corpus.v1.DeleteRegistryLogin
+	(*SetConfig)(nil),             // 58: corpus.v1.SetConfig
+	(*SetKeyring)(nil),            // 59: corpus.v1.SetKeyring
+	(*ResealedConfig)(nil),        // 60: corpus.v1.ResealedConfig
+	(*SetWebPort)(nil),            // 61: corpus.v1.SetWebPort
+	(*ScaleEnv)(nil),              // 62: corpus.v1.ScaleEnv
+	(*SetAutoscale)(nil),          // 63: corpus.v1.SetAutoscale
+	(*SetInstanceRelease)(nil),    // 64: corpus.v1.SetInstanceRelease
+	(*SwitchEnv)(nil),             // 65: corpus.v1.SwitchEnv
+	(*UpdateGuest)(nil),           // 66: corpus.v1.UpdateGuest
+	(*CreateService)(nil),         // 67: corpus.v1.CreateService
+	(*SetServiceDesired)(nil),     // 68: corpus.v1.SetServiceDesired
+	(*LinkService)(nil),           // 69: corpus.v1.LinkService
+	(*UnlinkService)(nil),         // 70: corpus.v1.UnlinkService
+	(*UpdateService)(nil),         // 71: corpus.v1.UpdateService
+	(*ReportServices)(nil),        // 72: corpus.v1.ReportServices
+	(*BeginBackup)(nil),           // 73: corpus.v1.BeginBackup
+	(*FinishBackup)(nil),          // 74: corpus.v1.FinishBackup
+	(*DeleteBackup)(nil),          // 75: corpus.v1.DeleteBackup
+	(*UpdateVolume)(nil),          // 76: corpus.v1.UpdateVolume
+	(*ReplaceServiceGuest)(nil),   // 77: corpus.v1.ReplaceServiceGuest
+	(*SetAcmeConfig)(nil),         // 78: corpus.v1.SetAcmeConfig
+	(*PutCertificate)(nil),        // 79: corpus.v1.PutCertificate
+	(*DeleteCertificate)(nil),     // 80: corpus.v1.DeleteCertificate
+	(*SetRouteTls)(nil),           // 81: corpus.v1.SetRouteTls
+	nil,                           // 82: corpus.v1.UpdateNode.LabelsEntry
+	nil,                           // 83: corpus.v1.SetConfig.SetEntry
+	nil,                           // 84: corpus.v1.ResealedConfig.ConfigEntry
+	nil,                           // 85: corpus.v1.ScaleEnv.ScaleEntry
+	nil,                           // 86: corpus.v1.SwitchEnv.InstancePortsEntry
+	nil,                           // 87: corpus.v1.LinkService.ConfigEntry
+	(*timestamppb.Timestamp)(nil), // 88: google.protobuf.Timestamp
+	(*OrphanGuest)(nil),           // 89: corpus.v1.OrphanGuest
+	(*ClusterConfig)(nil),         // 90: corpus.v1.ClusterConfig
+	(*JoinToken)(nil),             // 91: corpus.v1.JoinToken
+	(*Node)(nil),                  // 92: corpus.v1.Node
+	(*CaRotation)(nil),            // 93: corpus.v1.CaRotation
+	(*Keyring)(nil),               // 94: corpus.v1.Keyring
+	(*Resources)(nil),             // 95: corpus.v1.Resources
+	(*DriverInfo)(nil),            // 96: corpus.v1.DriverInfo
+	(*Guest)(nil),                 // 97: corpus.v1.Guest
+	(*GuestObserved)(nil),         // 98: corpus.v1.GuestObserved
+	(*Route)(nil),                 // 99: corpus.v1.Route
+	(*DnsRecord)(nil),             // 100: corpus.v1.DnsRecord
+	(*VolumeObserved)(nil),        // 101: corpus.v1.VolumeObserved
+	(*User)(nil),                  // 102: corpus.v1.User
+	(*UserToken)(nil),             // 103: corpus.v1.UserToken
+	(*SshKey)(nil),                // 104: corpus.v1.SshKey
+	(*ProjectEnv)(nil),            // 105: corpus.v1.ProjectEnv
+	(*AdmissionChange)(nil),       // 106: corpus.v1.AdmissionChange
+	(*Release)(nil),               // 107: corpus.v1.Release
+	(*ReleaseStep)(nil),           // 108: corpus.v1.ReleaseStep
+	(*Coordinator)(nil),           // 109: corpus.v1.Coordinator
+	(*Volume)(nil),                // 110: corpus.v1.Volume
+	(*Project)(nil),               // 111: corpus.v1.Project
+	(*AuditEntry)(nil),            // 112: corpus.v1.AuditEntry
+	(*Service)(nil),               // 113: corpus.v1.Service
+	(*Backup)(nil),                // 114: corpus.v1.Backup
+	(*AcmeConfig)(nil),            // 115: corpus.v1.AcmeConfig
+	(*Certificate)(nil),           // 116: corpus.v1.Certificate
+	(*Extension)(nil),             // 117: corpus.v1.Extension
+	(*RegistryLogin)(nil),         // 118: corpus.v1.RegistryLogin
+	(*AutoscalePolicy)(nil),       // 119: corpus.v1.AutoscalePolicy
+	(*GuestSpec)(nil),             // 120: corpus.v1.GuestSpec
+	(*ServiceLink)(nil),           // 121: corpus.v1.ServiceLink
+	(*ReportedService)(nil),       // 122: corpus.v1.ReportedService
 }
 var file_corpus_v1_raft_proto_depIdxs = []int32{
-	87,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
+	88,  // 0: corpus.v1.Command.now:type_name -> google.protobuf.Timestamp
 	6,   // 1: corpus.v1.Command.bootstrap_cluster:type_name -> corpus.v1.BootstrapCluster
 	7,   // 2: corpus.v1.Command.create_join_token:type_name -> corpus.v1.CreateJoinToken
 	8,   // 3: corpus.v1.Command.enroll_node:type_name -> corpus.v1.EnrollNode
-	14,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
-	16,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
-	17,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
-	18,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
-	22,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
-	15,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
-	23,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
-	24,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
-	25,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
-	26,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
-	27,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
-	28,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
-	32,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
-	29,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
-	30,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
-	33,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
-	35,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
-	36,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
-	37,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
-	38,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
-	39,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
-	40,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
-	41,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
-	42,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
-	43,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
-	44,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
-	45,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
-	46,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
-	47,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
-	48,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
-	49,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
-	50,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
-	19,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
-	20,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
+	15,  // 4: corpus.v1.Command.update_node:type_name -> corpus.v1.UpdateNode
+	17,  // 5: corpus.v1.Command.create_guest:type_name -> corpus.v1.CreateGuest
+	18,  // 6: corpus.v1.Command.set_guest_desired:type_name -> corpus.v1.SetGuestDesired
+	19,  // 7: corpus.v1.Command.place_guest:type_name -> corpus.v1.PlaceGuest
+	23,  // 8: corpus.v1.Command.report_guests:type_name -> corpus.v1.ReportGuests
+	16,  // 9: corpus.v1.Command.set_node_status:type_name -> corpus.v1.SetNodeStatus
+	24,  // 10: corpus.v1.Command.create_route:type_name -> corpus.v1.CreateRoute
+	25,  // 11: corpus.v1.Command.delete_route:type_name -> corpus.v1.DeleteRoute
+	26,  // 12: corpus.v1.Command.move_route:type_name -> corpus.v1.MoveRoute
+	27,  // 13: corpus.v1.Command.add_dns_record:type_name -> corpus.v1.AddDnsRecord
+	28,  // 14: corpus.v1.Command.delete_dns_record:type_name -> corpus.v1.DeleteDnsRecord
+	29,  // 15: corpus.v1.Command.delete_volume:type_name -> corpus.v1.DeleteVolume
+	33,  // 16: corpus.v1.Command.report_volumes:type_name -> corpus.v1.ReportVolumes
+	30,  // 17: corpus.v1.Command.resize_volume:type_name -> corpus.v1.ResizeVolume
+	31,  // 18: corpus.v1.Command.move_volume:type_name -> corpus.v1.MoveVolume
+	34,  // 19: corpus.v1.Command.create_user:type_name -> corpus.v1.CreateUser
+	36,  // 20: corpus.v1.Command.delete_user:type_name -> corpus.v1.DeleteUser
+	37,  // 21: corpus.v1.Command.add_ssh_key:type_name -> corpus.v1.AddSshKey
+	38,  // 22: corpus.v1.Command.delete_ssh_key:type_name -> corpus.v1.DeleteSshKey
+	39,  // 23: corpus.v1.Command.create_project:type_name -> corpus.v1.CreateProject
+	40,  // 24: corpus.v1.Command.delete_project:type_name -> corpus.v1.DeleteProject
+	41,  // 25: corpus.v1.Command.grant_project:type_name -> corpus.v1.GrantProject
+	42,  // 26: corpus.v1.Command.begin_release:type_name -> corpus.v1.BeginRelease
+	43,  // 27: corpus.v1.Command.finish_release:type_name -> corpus.v1.FinishRelease
+	44,  // 28: corpus.v1.Command.set_current_release:type_name -> corpus.v1.SetCurrentRelease
+	45,  // 29: corpus.v1.Command.prune_releases:type_name -> corpus.v1.PruneReleases
+	46,  // 30: corpus.v1.Command.set_manifest_domains:type_name -> corpus.v1.SetManifestDomains
+	47,  // 31: corpus.v1.Command.upsert_coordinator:type_name -> corpus.v1.UpsertCoordinator
+	48,  // 32: corpus.v1.Command.remove_coordinator:type_name -> corpus.v1.RemoveCoordinator
+	49,  // 33: corpus.v1.Command.create_user_token:type_name -> corpus.v1.CreateUserToken
+	50,  // 34: corpus.v1.Command.revoke_user_token:type_name -> corpus.v1.RevokeUserToken
+	51,  // 35: corpus.v1.Command.remove_node:type_name -> corpus.v1.RemoveNode
+	20,  // 36: corpus.v1.Command.place_guests:type_name -> corpus.v1.PlaceGuests
+	21,  // 37: corpus.v1.Command.set_node_mode:type_name -> corpus.v1.SetNodeMode
 	9,   // 38: corpus.v1.Command.renew_node_certificate:type_name -> corpus.v1.RenewNodeCertificate
-	34,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
-	65,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
+	35,  // 39: corpus.v1.Command.user_login:type_name -> corpus.v1.UserLogin
+	66,  // 40: corpus.v1.Command.update_guest:type_name -> corpus.v1.UpdateGuest
 	5,   // 41: corpus.v1.Command.record_audit:type_name -> corpus.v1.RecordAudit
-	57,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
-	58,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
-	60,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
-	66,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
-	67,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
-	68,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
-	69,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
-	70,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
-	71,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
-	72,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
-	73,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
-	74,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
-	76,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
-	75,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
-	77,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
-	78,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
-	79,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
-	80,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
-	61,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
-	63,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
-	62,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
-	64,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
-	53,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
-	54,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
-	52,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
+	58,  // 42: corpus.v1.Command.set_config:type_name -> corpus.v1.SetConfig
+	59,  // 43: corpus.v1.Command.set_keyring:type_name -> corpus.v1.SetKeyring
+	61,  // 44: corpus.v1.Command.set_web_port:type_name -> corpus.v1.SetWebPort
+	67,  // 45: corpus.v1.Command.create_service:type_name -> corpus.v1.CreateService
+	68,  // 46: corpus.v1.Command.set_service_desired:type_name -> corpus.v1.SetServiceDesired
+	69,  // 47: corpus.v1.Command.link_service:type_name -> corpus.v1.LinkService
+	70,  // 48: corpus.v1.Command.unlink_service:type_name -> corpus.v1.UnlinkService
+	71,  // 49: corpus.v1.Command.update_service:type_name -> corpus.v1.UpdateService
+	72,  // 50: corpus.v1.Command.report_services:type_name -> corpus.v1.ReportServices
+	73,  // 51: corpus.v1.Command.begin_backup:type_name -> corpus.v1.BeginBackup
+	74,  // 52: corpus.v1.Command.finish_backup:type_name -> corpus.v1.FinishBackup
+	75,  // 53: corpus.v1.Command.delete_backup:type_name -> corpus.v1.DeleteBackup
+	77,  // 54: corpus.v1.Command.replace_service_guest:type_name -> corpus.v1.ReplaceServiceGuest
+	76,  // 55: corpus.v1.Command.update_volume:type_name -> corpus.v1.UpdateVolume
+	78,  // 56: corpus.v1.Command.set_acme_config:type_name -> corpus.v1.SetAcmeConfig
+	79,  // 57: corpus.v1.Command.put_certificate:type_name -> corpus.v1.PutCertificate
+	80,  // 58: corpus.v1.Command.delete_certificate:type_name -> corpus.v1.DeleteCertificate
+	81,  // 59: corpus.v1.Command.set_route_tls:type_name -> corpus.v1.SetRouteTls
+	62,  // 60: corpus.v1.Command.scale_env:type_name -> corpus.v1.ScaleEnv
+	64,  // 61: corpus.v1.Command.set_instance_release:type_name -> corpus.v1.SetInstanceRelease
+	63,  // 62: corpus.v1.Command.set_autoscale:type_name -> corpus.v1.SetAutoscale
+	65,  // 63: corpus.v1.Command.switch_env:type_name -> corpus.v1.SwitchEnv
+	54,  // 64: corpus.v1.Command.put_extension:type_name -> corpus.v1.PutExtension
+	55,  // 65: corpus.v1.Command.delete_extension:type_name -> corpus.v1.DeleteExtension
+	53,  // 66: corpus.v1.Command.set_cluster_version:type_name -> corpus.v1.SetClusterVersion
 	3,   // 67: corpus.v1.Command.report_orphans:type_name -> corpus.v1.ReportOrphans
 	1,   // 68: corpus.v1.Command.touch_user_tokens:type_name -> corpus.v1.TouchUserTokens
 	4,   // 69: corpus.v1.Command.batch:type_name -> corpus.v1.Batch
-	55,  // 70: corpus.v1.Command.put_registry_login:type_name -> corpus.v1.PutRegistryLogin
-	56,  // 71: corpus.v1.Command.delete_registry_login:type_name -> corpus.v1.DeleteRegistryLogin
-	10,  // 72: corpus.v1.Command.start_ca_rotation:type_name -> corpus.v1.StartCaRotation
-	11,  // 73: corpus.v1.Command.finish_ca_rotation:type_name -> corpus.v1.FinishCaRotation
-	13,  // 74: corpus.v1.Command.abort_ca_rotation:type_name -> corpus.v1.AbortCaRotation
-	12,  // 75: corpus.v1.Command.advance_ca_rotation:type_name -> corpus.v1.AdvanceCaRotation
-	2,   // 76: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
-	2,   // 77: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
-	87,  // 78: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
-	88,  // 79: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
-	0,   // 80: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
-	89,  // 81: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
-	90,  // 82: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
-	91,  // 83: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
-	87,  // 84: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
-	92,  // 85: corpus.v1.StartCaRotation.rotation:type_name -> corpus.v1.CaRotation
-	93,  // 86: corpus.v1.FinishCaRotation.keyring:type_name -> corpus.v1.Keyring
-	94,  // 87: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
-	95,  // 88: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
-	81,  // 89: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
-	96,  // 90: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
-	18,  // 91: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
-	97,  // 92: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
-	21,  // 93: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
-	98,  // 94: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
-	99,  // 95: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
-	100, // 96: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
-	31,  // 97: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
-	101, // 98: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
-	102, // 99: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
-	103, // 100: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
-	104, // 101: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
-	96,  // 102: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
-	98,  // 103: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
-	105, // 104: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
-	106, // 105: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
-	107, // 106: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
-	98,  // 107: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
-	108, // 108: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
-	102, // 109: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
-	89,  // 110: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
-	91,  // 111: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
-	96,  // 112: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
-	90,  // 113: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
-	98,  // 114: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
-	99,  // 115: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
-	109, // 116: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
-	101, // 117: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
-	110, // 118: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
-	106, // 119: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
-	108, // 120: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
-	111, // 121: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
-	102, // 122: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
-	93,  // 123: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
-	112, // 124: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
-	113, // 125: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
-	114, // 126: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
-	115, // 127: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
-	116, // 128: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
-	87,  // 129: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
-	117, // 130: corpus.v1.Snapshot.registry_logins:type_name -> corpus.v1.RegistryLogin
-	116, // 131: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
-	117, // 132: corpus.v1.PutRegistryLogin.login:type_name -> corpus.v1.RegistryLogin
-	82,  // 133: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
-	93,  // 134: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
-	59,  // 135: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
-	59,  // 136: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
-	83,  // 137: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
-	84,  // 138: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
-	96,  // 139: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
-	118, // 140: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
-	85,  // 141: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
-	87,  // 142: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
-	119, // 143: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
-	105, // 144: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
-	112, // 145: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
-	96,  // 146: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
-	120, // 147: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
-	86,  // 148: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
-	121, // 149: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
-	113, // 150: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
-	96,  // 151: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
-	114, // 152: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
-	115, // 153: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
-	154, // [154:154] is the sub-list for method output_type
-	154, // [154:154] is the sub-list for method input_type
-	154, // [154:154] is the sub-list for extension type_name
-	154, // [154:154] is the sub-list for extension extendee
-	0,   // [0:154] is the sub-list for field type_name
+	56,  // 70: corpus.v1.Command.put_registry_login:type_name -> corpus.v1.PutRegistryLogin
+	57,  // 71: corpus.v1.Command.delete_registry_login:type_name -> corpus.v1.DeleteRegistryLogin
+	11,  // 72: corpus.v1.Command.start_ca_rotation:type_name -> corpus.v1.StartCaRotation
+	12,  // 73: corpus.v1.Command.finish_ca_rotation:type_name -> corpus.v1.FinishCaRotation
+	14,  // 74: corpus.v1.Command.abort_ca_rotation:type_name -> corpus.v1.AbortCaRotation
+	13,  // 75: corpus.v1.Command.advance_ca_rotation:type_name -> corpus.v1.AdvanceCaRotation
+	10,  // 76: corpus.v1.Command.rejoin_node:type_name -> corpus.v1.RejoinNode
+	2,   // 77: corpus.v1.TouchUserTokens.uses:type_name -> corpus.v1.TokenUse
+	2,   // 78: corpus.v1.TouchUserTokens.key_uses:type_name -> corpus.v1.TokenUse
+	88,  // 79: corpus.v1.TokenUse.at:type_name -> google.protobuf.Timestamp
+	89,  // 80: corpus.v1.ReportOrphans.orphans:type_name -> corpus.v1.OrphanGuest
+	0,   // 81: corpus.v1.Batch.commands:type_name -> corpus.v1.Command
+	90,  // 82: corpus.v1.BootstrapCluster.config:type_name -> corpus.v1.ClusterConfig
+	91,  // 83: corpus.v1.CreateJoinToken.token:type_name -> corpus.v1.JoinToken
+	92,  // 84: corpus.v1.EnrollNode.node:type_name -> corpus.v1.Node
+	88,  // 85: corpus.v1.RenewNodeCertificate.expires_at:type_name -> google.protobuf.Timestamp
+	88,  // 86: corpus.v1.RejoinNode.expires_at:type_name -> google.protobuf.Timestamp
+	93,  // 87: corpus.v1.StartCaRotation.rotation:type_name -> corpus.v1.CaRotation
+	94,  // 88: corpus.v1.FinishCaRotation.keyring:type_name -> corpus.v1.Keyring
+	95,  // 89: corpus.v1.UpdateNode.capacity:type_name -> corpus.v1.Resources
+	96,  // 90: corpus.v1.UpdateNode.drivers:type_name -> corpus.v1.DriverInfo
+	82,  // 91: corpus.v1.UpdateNode.labels:type_name -> corpus.v1.UpdateNode.LabelsEntry
+	97,  // 92: corpus.v1.CreateGuest.guest:type_name -> corpus.v1.Guest
+	19,  // 93: corpus.v1.PlaceGuests.placements:type_name -> corpus.v1.PlaceGuest
+	98,  // 94: corpus.v1.ObservedGuest.observed:type_name -> corpus.v1.GuestObserved
+	22,  // 95: corpus.v1.ReportGuests.guests:type_name -> corpus.v1.ObservedGuest
+	99,  // 96: corpus.v1.CreateRoute.route:type_name -> corpus.v1.Route
+	100, // 97: corpus.v1.AddDnsRecord.record:type_name -> corpus.v1.DnsRecord
+	101, // 98: corpus.v1.ObservedVolume.observed:type_name -> corpus.v1.VolumeObserved
+	32,  // 99: corpus.v1.ReportVolumes.volumes:type_name -> corpus.v1.ObservedVolume
+	102, // 100: corpus.v1.CreateUser.user:type_name -> corpus.v1.User
+	103, // 101: corpus.v1.UserLogin.token:type_name -> corpus.v1.UserToken
+	104, // 102: corpus.v1.AddSshKey.key:type_name -> corpus.v1.SshKey
+	105, // 103: corpus.v1.CreateProject.env:type_name -> corpus.v1.ProjectEnv
+	97,  // 104: corpus.v1.CreateProject.guest:type_name -> corpus.v1.Guest
+	99,  // 105: corpus.v1.CreateProject.routes:type_name -> corpus.v1.Route
+	106, // 106: corpus.v1.CreateProject.admission:type_name -> corpus.v1.AdmissionChange
+	107, // 107: corpus.v1.BeginRelease.release:type_name -> corpus.v1.Release
+	108, // 108: corpus.v1.FinishRelease.steps:type_name -> corpus.v1.ReleaseStep
+	99,  // 109: corpus.v1.SetManifestDomains.routes:type_name -> corpus.v1.Route
+	109, // 110: corpus.v1.UpsertCoordinator.coordinator:type_name -> corpus.v1.Coordinator
+	103, // 111: corpus.v1.CreateUserToken.token:type_name -> corpus.v1.UserToken
+	90,  // 112: corpus.v1.Snapshot.config:type_name -> corpus.v1.ClusterConfig
+	92,  // 113: corpus.v1.Snapshot.nodes:type_name -> corpus.v1.Node
+	97,  // 114: corpus.v1.Snapshot.guests:type_name -> corpus.v1.Guest
+	91,  // 115: corpus.v1.Snapshot.join_tokens:type_name -> corpus.v1.JoinToken
+	99,  // 116: corpus.v1.Snapshot.routes:type_name -> corpus.v1.Route
+	100, // 117: corpus.v1.Snapshot.dns_records:type_name -> corpus.v1.DnsRecord
+	110, // 118: corpus.v1.Snapshot.volumes:type_name -> corpus.v1.Volume
+	102, // 119: corpus.v1.Snapshot.users:type_name -> corpus.v1.User
+	111, // 120: corpus.v1.Snapshot.projects:type_name -> corpus.v1.Project
+	107, // 121: corpus.v1.Snapshot.releases:type_name -> corpus.v1.Release
+	109, // 122: corpus.v1.Snapshot.coordinators:type_name -> corpus.v1.Coordinator
+	112, // 123: corpus.v1.Snapshot.audit:type_name -> corpus.v1.AuditEntry
+	103, // 124: corpus.v1.Snapshot.user_tokens:type_name -> corpus.v1.UserToken
+	94,  // 125: corpus.v1.Snapshot.keyring:type_name -> corpus.v1.Keyring
+	113, // 126: corpus.v1.Snapshot.services:type_name -> corpus.v1.Service
+	114, // 127: corpus.v1.Snapshot.backups:type_name -> corpus.v1.Backup
+	115, // 128: corpus.v1.Snapshot.acme:type_name -> corpus.v1.AcmeConfig
+	116, // 129: corpus.v1.Snapshot.certificates:type_name -> corpus.v1.Certificate
+	117, // 130: corpus.v1.Snapshot.extensions:type_name -> corpus.v1.Extension
+	88,  // 131: corpus.v1.Snapshot.applied_time:type_name -> google.protobuf.Timestamp
+	118, // 132: corpus.v1.Snapshot.registry_logins:type_name -> corpus.v1.RegistryLogin
+	117, // 133: corpus.v1.PutExtension.extension:type_name -> corpus.v1.Extension
+	118, // 134: corpus.v1.PutRegistryLogin.login:type_name -> corpus.v1.RegistryLogin
+	83,  // 135: corpus.v1.SetConfig.set:type_name -> corpus.v1.SetConfig.SetEntry
+	94,  // 136: corpus.v1.SetKeyring.keyring:type_name -> corpus.v1.Keyring
+	60,  // 137: corpus.v1.SetKeyring.envs:type_name -> corpus.v1.ResealedConfig
+	60,  // 138: corpus.v1.SetKeyring.releases:type_name -> corpus.v1.ResealedConfig
+	84,  // 139: corpus.v1.ResealedConfig.config:type_name -> corpus.v1.ResealedConfig.ConfigEntry
+	85,  // 140: corpus.v1.ScaleEnv.scale:type_name -> corpus.v1.ScaleEnv.ScaleEntry
+	97,  // 141: corpus.v1.ScaleEnv.add:type_name -> corpus.v1.Guest
+	119, // 142: corpus.v1.SetAutoscale.policy:type_name -> corpus.v1.AutoscalePolicy
+	86,  // 143: corpus.v1.SwitchEnv.instance_ports:type_name -> corpus.v1.SwitchEnv.InstancePortsEntry
+	88,  // 144: corpus.v1.SwitchEnv.keep_until:type_name -> google.protobuf.Timestamp
+	120, // 145: corpus.v1.UpdateGuest.spec:type_name -> corpus.v1.GuestSpec
+	106, // 146: corpus.v1.UpdateGuest.admission:type_name -> corpus.v1.AdmissionChange
+	113, // 147: corpus.v1.CreateService.service:type_name -> corpus.v1.Service
+	97,  // 148: corpus.v1.CreateService.guest:type_name -> corpus.v1.Guest
+	121, // 149: corpus.v1.LinkService.link:type_name -> corpus.v1.ServiceLink
+	87,  // 150: corpus.v1.LinkService.config:type_name -> corpus.v1.LinkService.ConfigEntry
+	122, // 151: corpus.v1.ReportServices.services:type_name -> corpus.v1.ReportedService
+	114, // 152: corpus.v1.BeginBackup.backup:type_name -> corpus.v1.Backup
+	97,  // 153: corpus.v1.ReplaceServiceGuest.guest:type_name -> corpus.v1.Guest
+	115, // 154: corpus.v1.SetAcmeConfig.config:type_name -> corpus.v1.AcmeConfig
+	116, // 155: corpus.v1.PutCertificate.certificate:type_name -> corpus.v1.Certificate
+	156, // [156:156] is the sub-list for method output_type
+	156, // [156:156] is the sub-list for method input_type
+	156, // [156:156] is the sub-list for extension type_name
+	156, // [156:156] is the sub-list for extension extendee
+	0,   // [0:156] is the sub-list for field type_name
 }
 
 func init() { file_corpus_v1_raft_proto_init() }
@@ -7216,6 +7342,7 @@ func file_corpus_v1_raft_proto_init() {
 		(*Command_FinishCaRotation)(nil),
 		(*Command_AbortCaRotation)(nil),
 		(*Command_AdvanceCaRotation)(nil),
+		(*Command_RejoinNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -7223,7 +7350,7 @@ func file_corpus_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corpus_v1_raft_proto_rawDesc), len(file_corpus_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   87,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

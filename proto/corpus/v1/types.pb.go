@@ -1627,7 +1627,11 @@ type JoinToken struct {
 	ExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// used_by is the node id that consumed the token; empty while unused.
-	UsedBy        string `protobuf:"bytes,5,opt,name=used_by,json=usedBy,proto3" json:"used_by,omitempty"`
+	UsedBy string `protobuf:"bytes,5,opt,name=used_by,json=usedBy,proto3" json:"used_by,omitempty"`
+	// node_id, when set, makes it a rejoin token: it gives that enrolled
+	// node a new certificate (one that expired while the node was off, or
+	// of a CA rotated out), keeping the node and its guests.
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1693,6 +1697,13 @@ func (x *JoinToken) GetCreatedAt() *timestamppb.Timestamp {
 func (x *JoinToken) GetUsedBy() string {
 	if x != nil {
 		return x.UsedBy
+	}
+	return ""
+}
+
+func (x *JoinToken) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -4364,7 +4375,7 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"\x04hsts\x18\v \x01(\bR\x04hsts\x12\x18\n" +
 	"\atargets\x18\f \x03(\tR\atargets\x12!\n" +
 	"\fcreate_index\x18\x14 \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xcb\x01\n" +
+	"\fmodify_index\x18\x15 \x01(\x04R\vmodifyIndex\"\xe4\x01\n" +
 	"\tJoinToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\tR\n" +
@@ -4373,7 +4384,8 @@ const file_corpus_v1_types_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
-	"\aused_by\x18\x05 \x01(\tR\x06usedBy\"\xf8\x02\n" +
+	"\aused_by\x18\x05 \x01(\tR\x06usedBy\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\"\xf8\x02\n" +
 	"\rClusterConfig\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12$\n" +
