@@ -15,6 +15,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -117,12 +119,14 @@ func (s *Store) Pull(ctx context.Context, image string, progress ProgressFunc) (
 		return nil, fmt.Errorf("pulling %s: %w", image, s.untrusted(refused(err, ref, auth), registry))
 	}
 	out := &Image{Reference: image, Digest: img.digest.String(), Config: img.cfg.Config, DiffIDs: img.cfg.RootFS.DiffIDs}
+	ranged := &rangedBlobs{ctx: ctx, repo: ref.Context(), auth: auth, rt: schemeGuard{base: base, plainOK: s.insecure}, insecure: s.insecure(registry)}
 	for i, l := range img.layers {
 		h, err := l.Digest()
 		if err != nil {
 			return nil, fmt.Errorf("pulling %s: layer %d: %w", image, i+1, err)
 		}
-		n, err := s.fetchBlob(l, h)
+		label := fmt.Sprintf("layer %d/%d of %s", i+1, len(img.layers), image)
+		n, err := s.fetchBlob(l, h, ranged, label, progress)
 		if err != nil {
 			return nil, fmt.Errorf("pulling %s: layer %d/%d %s: %w", image, i+1, len(img.layers), h, s.untrusted(refused(err, ref, auth), registry))
 		}
@@ -196,9 +200,13 @@ func (e *refusedError) Error() string        { return e.msg }
 func (e *refusedError) Is(target error) bool { return target == ErrUnauthorized }
 
 // fetchBlob stores layer l's compressed bytes under its digest h unless
-// the store has them, and returns their size. The bytes are hashed as
-// they are written and renamed into place only when they match h.
-func (s *Store) fetchBlob(l v1.Layer, h v1.Hash) (int64, error) {
+// the store has them, and returns their size. The bytes go to
+// tmp/HEX.partial as they come, hashed, and are renamed into place only
+// when they match h. A download cut short (a lost connection, the
+// process killed) leaves the partial file: the next one asks the
+// registry for the rest alone (an HTTP range), and starts over when the
+// registry does not serve ranges. progress hears how far a long one got.
+func (s *Store) fetchBlob(l v1.Layer, h v1.Hash, ranged *rangedBlobs, label string, progress ProgressFunc) (int64, error) {
 	if h.Algorithm != "sha256" {
 		return 0, fmt.Errorf("digest algorithm %q is not supported (want sha256)", h.Algorithm)
 	}
@@ -212,31 +220,154 @@ func (s *Store) fetchBlob(l v1.Layer, h v1.Hash) (int64, error) {
 			return 0, err
 		}
 	}
-	rc, err := l.Compressed()
+	size, err := l.Size()
 	if err != nil {
 		return 0, err
+	}
+	partial := filepath.Join(tmpDir, h.Hex+".partial")
+	f, err := lockPartial(partial)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if st, err := os.Stat(dst); err == nil {
+		os.Remove(partial) // another pull fetched it meanwhile
+		return st.Size(), nil
+	}
+	sum := sha256.New()
+	have, err := io.Copy(sum, f)
+	if err != nil {
+		return 0, err
+	}
+	var rc io.ReadCloser
+	if have > 0 && have < size {
+		if rc = ranged.rest(h, have, size); rc != nil && progress != nil {
+			progress(fmt.Sprintf("resuming %s at %s of %s", label, mb(have), mb(size)))
+		}
+	}
+	if rc == nil {
+		// From the start: what the file held is not a prefix the
+		// registry continues.
+		if err := f.Truncate(0); err != nil {
+			return 0, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+		sum.Reset()
+		have = 0
+		if rc, err = l.Compressed(); err != nil {
+			return 0, err
+		}
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(tmpDir, h.Hex+".*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(f.Name())
-	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, sum), rc)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	w := &progressWriter{done: have, size: size, label: label, progress: progress, last: time.Now()}
+	n, err := io.Copy(io.MultiWriter(f, sum, w), rc)
+	if err == nil {
+		err = f.Sync()
 	}
 	if err != nil {
 		return 0, err
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != h.Hex {
+		os.Remove(partial)
 		return 0, fmt.Errorf("%w: layer bytes have sha256:%s", ErrDigestMismatch, got)
 	}
-	if err := os.Rename(f.Name(), dst); err != nil {
+	if err := os.Rename(partial, dst); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return have + n, nil
+}
+
+// lockPartial opens (or makes) a partial download and locks it: a second
+// pull of the same layer waits for the first, then finds it stored (or
+// goes on from where the first stopped).
+func lockPartial(path string) (*os.File, error) {
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, err
+		}
+		// The holder before may have renamed or removed the file: then
+		// this one is not the path's any more.
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return f, nil
+		}
+		f.Close()
+		if err2 != nil && !errors.Is(err2, fs.ErrNotExist) {
+			return nil, err2
+		}
+	}
+}
+
+// progressEvery is how often a download says how far it got.
+const progressEvery = 2 * time.Second
+
+// progressWriter tells progress, now and then, how much of a layer came.
+type progressWriter struct {
+	done, size int64
+	label      string
+	progress   ProgressFunc
+	last       time.Time
+}
+
+func (w *progressWriter) Write(p []byte) (int, error) {
+	w.done += int64(len(p))
+	if w.progress != nil && time.Since(w.last) >= progressEvery {
+		w.last = time.Now()
+		w.progress(fmt.Sprintf("pulling %s: %s of %s", w.label, mb(w.done), mb(w.size)))
+	}
+	return len(p), nil
+}
+
+// mb is a byte count in MB, one decimal.
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// rangedBlobs asks a registry for the rest of a blob.
+type rangedBlobs struct {
+	ctx      context.Context
+	repo     name.Repository
+	auth     authn.Authenticator
+	rt       http.RoundTripper
+	insecure bool
+}
+
+// rest is the bytes of blob h from offset from (of size), or nil when
+// the registry does not serve that range.
+func (r *rangedBlobs) rest(h v1.Hash, from, size int64) io.ReadCloser {
+	t, err := transport.NewWithContext(r.ctx, r.repo.Registry, r.auth, r.rt, []string{r.repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil
+	}
+	scheme := "https"
+	if r.insecure {
+		scheme = r.repo.Registry.Scheme()
+	}
+	u := fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, r.repo.RegistryStr(), r.repo.RepositoryStr(), h)
+	req, err := http.NewRequestWithContext(r.ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", from, size-1))
+	res, err := (&http.Client{Transport: t}).Do(req)
+	if err != nil {
+		return nil
+	}
+	var start int64 = -1
+	if res.StatusCode == http.StatusPartialContent {
+		fmt.Sscanf(res.Header.Get("Content-Range"), "bytes %d-", &start)
+	}
+	if start != from {
+		res.Body.Close()
+		return nil
+	}
+	return res.Body
 }
 
 // Unpack makes dir img's root file system from the store's copies of its
@@ -283,12 +414,31 @@ func (s *Store) Unpack(ctx context.Context, img *Image, dir string) error {
 	return nil
 }
 
-// Sweep removes what interrupted pulls left in the store: layers partly
-// downloaded when the process was killed. Call it while no pull runs,
-// when the store's owner starts.
+// partialKeep is how long a layer partly downloaded is kept for a pull
+// to go on with.
+const partialKeep = 24 * time.Hour
+
+// Sweep removes what interrupted pulls left in the store that no pull
+// will go on with: files other than layers partly downloaded, and those
+// older than a day. Call it while no pull runs, when the store's owner
+// starts.
 func (s *Store) Sweep() error {
-	if err := os.RemoveAll(filepath.Join(s.Root, "tmp")); err != nil {
+	tmp := filepath.Join(s.Root, "tmp")
+	entries, err := os.ReadDir(tmp)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("sweeping the image store: %w", err)
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err == nil && e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".partial") && time.Since(info.ModTime()) < partialKeep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(tmp, e.Name())); err != nil {
+			return fmt.Errorf("sweeping the image store: %w", err)
+		}
 	}
 	return nil
 }

@@ -6,13 +6,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -215,7 +218,95 @@ func TestPullSharesLayers(t *testing.T) {
 	}
 }
 
-// TestSweep: a killed pull's partial layer goes, the stored layers stay.
+// cutTransport counts the bytes of layers it carries and, while cut is
+// above zero, fails a layer's download after that many bytes: a
+// connection lost, or the process killed, mid-layer.
+type cutTransport struct {
+	layer    string // the layer's digest
+	cut, got atomic.Int64
+	ranges   atomic.Int64
+}
+
+func (c *cutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.URL.Path, "/blobs/"+c.layer) {
+		return res, err
+	}
+	if req.Header.Get("Range") != "" {
+		c.ranges.Add(1)
+	}
+	res.Body = &cutBody{ReadCloser: res.Body, c: c, left: c.cut.Load()}
+	return res, nil
+}
+
+type cutBody struct {
+	io.ReadCloser
+	c    *cutTransport
+	left int64
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.c.got.Add(int64(n))
+	if b.left > 0 {
+		if b.left -= int64(n); b.left <= 0 {
+			return n, errors.New("connection lost (test)")
+		}
+	}
+	return n, err
+}
+
+// TestPullResumes: a layer's download cut short is kept, and the next
+// pull asks the registry for the rest alone, says so, and stores the
+// layer verified against its digest.
+func TestPullResumes(t *testing.T) {
+	t.Parallel()
+	reg := ocitest.Registry(t)
+	noise := make([]byte, 3<<20)
+	rand.NewChaCha8([32]byte{1}).Read(noise)
+	big := ocitest.Layer(t, ocitest.File{Name: "big", Body: string(noise)})
+	size, err := big.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocitest.Push(t, reg+"/test/big:1", ocitest.Image(t, v1.Config{}, big))
+	h, _ := big.Digest()
+	tr := &cutTransport{layer: h.String()}
+	s := &Store{Root: t.TempDir(), Transport: tr}
+	tr.cut.Store(size / 3)
+	if _, err := s.Pull(context.Background(), reg+"/test/big:1", nil); err == nil {
+		t.Fatal("a pull whose layer download was cut = nil error, want one")
+	}
+	st, err := os.Stat(filepath.Join(s.Root, "tmp", h.Hex+".partial"))
+	if err != nil || st.Size() == 0 {
+		t.Fatalf("no partial layer kept after the cut: %v", err)
+	}
+	if err := s.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	tr.cut.Store(0)
+	tr.got.Store(0)
+	var said []string
+	img, err := s.Pull(context.Background(), reg+"/test/big:1", func(m string) { said = append(said, m) })
+	if err != nil {
+		t.Fatalf("the pull after the cut = %v", err)
+	}
+	if _, err := os.Stat(s.blobPath(img.Layers[0])); err != nil {
+		t.Errorf("the layer is not stored: %v", err)
+	}
+	if got := tr.got.Load(); tr.ranges.Load() != 1 || got != size-st.Size() {
+		t.Errorf("the second pull fetched %d bytes in %d ranged requests; want the %d left of %d in one", got, tr.ranges.Load(), size-st.Size(), size)
+	}
+	if !slices.ContainsFunc(said, func(m string) bool { return strings.HasPrefix(m, "resuming layer 1/1") }) {
+		t.Errorf("progress said %q; want the resumption", said)
+	}
+}
+
+// TestSweep: a killed pull's partial layer stays a day for the next pull
+// to go on with; other leftovers go, and the stored layers stay.
 func TestSweep(t *testing.T) {
 	t.Parallel()
 	reg := ocitest.Registry(t)
@@ -225,15 +316,27 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	partial := filepath.Join(s.Root, "tmp", img.Layers[0].Hex+".123")
-	if err := os.WriteFile(partial, []byte("half"), 0o600); err != nil {
+	tmp := filepath.Join(s.Root, "tmp")
+	stray, partial, stale := filepath.Join(tmp, img.Layers[0].Hex+".123"), filepath.Join(tmp, "aa.partial"), filepath.Join(tmp, "bb.partial")
+	for _, f := range []string{stray, partial, stale} {
+		if err := os.WriteFile(f, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-25 * time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Sweep(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the partial layer is left: %v", err)
+	for _, f := range []string{stray, stale} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left: %v", filepath.Base(f), err)
+		}
+	}
+	if _, err := os.Stat(partial); err != nil {
+		t.Errorf("the day-old partial layer went: %v", err)
 	}
 	if _, err := os.Stat(s.blobPath(img.Layers[0])); err != nil {
 		t.Errorf("the stored layer went: %v", err)
