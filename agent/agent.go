@@ -257,6 +257,7 @@ type Agent struct {
 	metrics  *agentMetrics
 	tlsCerts atomic.Pointer[nodeCerts] // set once enrolled
 	keychain *registryauth.Keychain    // registries' credentials, asked per pull
+	images   *oci.Store                // the node's OCI layer store
 
 	mu      sync.Mutex
 	desired map[string]*corpusv1.Guest // by guest id
@@ -318,6 +319,10 @@ type Parts struct {
 	// points it at its coordinators once enrolled. The drivers that pull
 	// share it; nil makes the agent one for its own pulls (deploys).
 	Keychain *registryauth.Keychain
+	// Images is the node's OCI layer store, which the drivers that pull
+	// share with the deploys from images; nil makes the agent one (at
+	// the same place) for its deploys.
+	Images *oci.Store
 }
 
 // New opens the agent's state and binds its API listener; it runs on
@@ -382,6 +387,12 @@ func New(cfg Config, parts Parts) (*Agent, error) {
 	if a.keychain == nil {
 		a.keychain = &registryauth.Keychain{Log: a.logger}
 	}
+	if a.images = parts.Images; a.images == nil {
+		a.images = catalog.ImageStore(cfg.StateDir, a.keychain, a.logger.With("component", "images"))
+	}
+	// Deploys from images had a store of their own before it was the
+	// node's one.
+	os.RemoveAll(filepath.Join(cfg.StateDir, "images", "oci"))
 	a.tls = certs.New(a.fetchTLS)
 	a.guests = &guests.Config{Drivers: a.drivers, Journal: c, StopTimeout: cfg.StopTimeout, Node: host{a}, Logger: a.logger,
 		Reconciled: func(g *corpusv1.Guest, took time.Duration, err error) {
@@ -582,10 +593,9 @@ func (a *Agent) newDeploys() (*deploy.Pipeline, error) {
 		Logs:         a.logs,
 		Metrics:      a.cfg.Metrics,
 		Logger:       a.logger,
-		// Releases from images: their own store, layers checked by
-		// digest, the trees unpacked for a deploy's time.
-		Images: &oci.Store{Root: filepath.Join(a.cfg.StateDir, "images", "oci"), Insecure: catalog.InsecureRegistries(),
-			CertsDir: catalog.RegistryCertsDir(), Log: a.logger.With("component", "deploy-images"), Keychain: a.keychain},
+		// Releases from images: the node's layer store, layers checked
+		// by digest, the trees unpacked for a deploy's time.
+		Images:   a.images,
 		ImageDir: filepath.Join(a.cfg.StateDir, "images", "unpack"),
 	}
 	if a.cfg.GitAddr != "" {

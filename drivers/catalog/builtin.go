@@ -3,9 +3,12 @@ package catalog
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
 
 	"corpus/drivers"
 	"corpus/drivers/libvirt"
@@ -32,9 +35,19 @@ func init() {
 			RegistryCertsDir:   RegistryCertsDir(),
 			ImageCacheMax:      c.ImageCacheMax,
 			Keychain:           c.Keychain,
+			OCI:                c.Images,
 		})
 	})
 	register("libvirt", newLibvirt)
+}
+
+// ImageStore is the node's one OCI layer store, in the LXC driver's
+// folder of stateDir (where it always was): the LXC driver's guests and
+// the agent's deploys from images pull into it, and the driver's image
+// cache counts and prunes it.
+func ImageStore(stateDir string, keychain authn.Keychain, log *slog.Logger) *oci.Store {
+	return &oci.Store{Root: filepath.Join(stateDir, "lxc", lxc.OCIStoreDir), Insecure: InsecureRegistries(),
+		CertsDir: RegistryCertsDir(), Log: log, Keychain: keychain}
 }
 
 // InsecureRegistries are the registries OCI images may be pulled from

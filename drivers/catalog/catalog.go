@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 
 	"corpus/drivers"
+	"corpus/images/oci"
 )
 
 // Config is what every driver factory gets.
@@ -29,6 +30,10 @@ type Config struct {
 	// of registries (the agent's, which asks its coordinators); nil pulls
 	// anonymously.
 	Keychain authn.Keychain
+	// Images is the node's OCI layer store (ImageStore), which the
+	// drivers that pull share with the agent's deploys; nil makes each
+	// its own.
+	Images *oci.Store
 }
 
 // KubernetesConfig configures the kubernetes driver: the cluster an agent

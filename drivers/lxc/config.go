@@ -4,6 +4,8 @@ import (
 	"log/slog"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"corpus/images/oci"
 )
 
 // Name is the driver's registered name.
@@ -37,6 +39,11 @@ type Config struct {
 	// Keychain gives OCI pulls the credentials of registries; nil pulls
 	// anonymously.
 	Keychain authn.Keychain
+	// OCI is the node's OCI layer store, shared with the agent's deploys
+	// from images (its prunes count and remove their layers too); nil
+	// makes the driver one in Path/OCIStoreDir from the three fields
+	// above.
+	OCI *oci.Store
 	// ImageCacheMax caps the images the driver keeps (see
 	// cache_linux.go): a size ("20G"), a share of the file system
 	// holding Path ("25%"), or "0" for no cap; empty is
@@ -47,3 +54,8 @@ type Config struct {
 
 // DefaultImageCacheMax is the image cache's cap when Config names none.
 const DefaultImageCacheMax = "25%"
+
+// OCIStoreDir is the folder, inside the driver's lxcpath, of the OCI
+// layer store (not Config.Store, which keeps built images for a host);
+// a dot keeps it apart from guests.
+const OCIStoreDir = ".oci"

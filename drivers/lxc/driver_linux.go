@@ -109,8 +109,11 @@ func New(cfg Config) (*Driver, error) {
 	if d.cacheMax, err = cache.ParseMax(limit, path); err != nil {
 		return nil, fmt.Errorf("creating lxc driver: %w", err)
 	}
-	d.oci = &oci.Store{Root: filepath.Join(path, ociStoreDir), Insecure: cfg.InsecureRegistries,
-		CertsDir: cfg.RegistryCertsDir, Log: d.log, Keychain: cfg.Keychain}
+	d.oci = cfg.OCI
+	if d.oci == nil {
+		d.oci = &oci.Store{Root: filepath.Join(path, OCIStoreDir), Insecure: cfg.InsecureRegistries,
+			CertsDir: cfg.RegistryCertsDir, Log: d.log, Keychain: cfg.Keychain}
+	}
 	if err := d.oci.Sweep(); err != nil {
 		d.log.Warn("cleaning up after interrupted image pulls", "error", err)
 	}

@@ -36,11 +36,6 @@ import (
 // clones stacked on it through an idmapped mount, or on a copy shifted to
 // their id range, with their writable layer on their bounded disk.
 
-// ociStoreDir is the folder, inside the driver's lxcpath, of the OCI
-// layer store (not Config.Store, which keeps built images for a host);
-// a dot keeps it apart from guests.
-const ociStoreDir = ".oci"
-
 // ociImageFile is the pulled image's description in its cache.
 const ociImageFile = "image.json"
 

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +84,21 @@ func TestProjectFromOCIImage(t *testing.T) {
 		t.Errorf("deploy --image v1 output lacks the digest %s or r3 going live:\n%s", v1Digest, out)
 	}
 	l.wantPage("version v1 uid 1000 hi")
+	// Its layers are in the node's one store, which the LXC driver's
+	// guests pull into too.
+	v1Layers, err := siteImage(t, "v1").Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, layer := range v1Layers {
+		h, _ := layer.Digest()
+		if _, err := os.Stat(filepath.Join(l.a.stateDir, "lxc", ".oci", "blobs", "sha256", h.Hex)); err != nil {
+			t.Errorf("layer %s of v1 is not in the node's layer store: %v", h, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(l.a.stateDir, "images", "oci")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("deploys keep a layer store of their own: %v", err)
+	}
 	// The image's process has /proc (its own status) and /dev; the
 	// mounts are its own: the guest has none of them.
 	if st := l.pageAt("/status.txt"); !strings.Contains(st, "Uid:\t1000\t") || !strings.Contains(st, "devnull ok") {

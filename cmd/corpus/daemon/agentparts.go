@@ -36,10 +36,13 @@ func agentParts(ctx context.Context, cfg agent.Config) (agent.Parts, error) {
 	// One keychain for the drivers' pulls and the deploys': the agent
 	// points it at its coordinators.
 	p := agent.Parts{Drivers: map[string]drivers.Driver{}, Keychain: &registryauth.Keychain{Log: log}}
+	// One OCI layer store for the node: the drivers' pulls and the
+	// deploys' share layers and the image cache's cap.
+	p.Images = catalog.ImageStore(cfg.StateDir, p.Keychain, logger.With("component", "images"))
 	hostNet, hostVols := false, false
 	for _, name := range cfg.Drivers {
 		d, err := catalog.New(name, catalog.Config{StateDir: cfg.StateDir, Node: cfg.Name, Kubernetes: cfg.Kubernetes, Logger: logger,
-			ImageCacheMax: cfg.ImageCacheMax, Keychain: p.Keychain})
+			ImageCacheMax: cfg.ImageCacheMax, Keychain: p.Keychain, Images: p.Images})
 		if err != nil {
 			log.Warn("driver unavailable", "driver", name, "error", err)
 			continue
