@@ -290,6 +290,11 @@ func (r *replica) quiet(ctx context.Context, timeout time.Duration) (last uint64
 	// applied once it returns.
 	if err := r.barrier(timeout); err != nil {
 		release()
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			// Deposed meanwhile (an election, on a loaded machine):
+			// nothing was done, and the caller asks the new leader.
+			return 0, nil, r.notLeader()
+		}
 		return 0, nil, err
 	}
 	return r.raft.LastIndex(), release, nil
