@@ -34,14 +34,14 @@ type upgradeFigures struct {
 	refusedWrites  int64
 }
 
-// TestRollingUpgrade: a group of three coordinators and an agent (in its
-// own namespace) on the previous release (the last one in
+// TestRollingUpgrade: a group of three coordinators and two agents (each
+// in its own namespace) on the previous release (the last one in
 // packaging/releases, built from the repository's history), with a guest
-// served through the node's proxy under steady HTTP traffic and a
-// stream of writes. Each coordinator in turn, followers first, then the
+// on each served through its node's proxy under steady HTTP traffic, a
+// project, and a stream of writes. Each coordinator in turn, followers first, then the
 // leader, is stopped, its binary replaced by this tree's, and started;
-// then the agent. No proxied request fails, the guest's init keeps its
-// PID (nothing restarted it), writes are refused only while a leader is
+// then the agents. No proxied request fails, the guests' inits keep their
+// PIDs (nothing restarted them), writes are refused only while a leader is
 // elected or by the replica being stopped (each refusal is logged), and the cluster version is this
 // binary's server version once every replica runs it. A replica
 // downgraded to the previous release before the cluster version moved
@@ -69,6 +69,39 @@ func TestRollingUpgrade(t *testing.T) {
 	if err != nil || initPID == 0 {
 		t.Fatalf("web's init: pid %d, %v", initPID, err)
 	}
+	// A second node with a guest behind its own proxy, and a project.
+	b := c.addAgent("n2", "--label", "zone=b")
+	client2, nodeAddr2 := lab.addClient(b.node)
+	c.mustCLI("guest", "create", "web2", "--image", "busybox", "--memory", "64M", "--cpus", "0.2", "--constraint", "zone=b")
+	serveHTTP(t, c, "web2", "two")
+	c.mustCLI("guest", "expose", "web2", "--proxy", "--domain", "web2.example.test", "--port", "80")
+	hc2 := httpIn(client2)
+	eventually(t, 20*time.Second, "the proxy to web2", wantBody(hc2, "http://"+nodeAddr2+"/", "web2.example.test", "two"))
+	c.mustCLI("project", "create", "site", "--env", "dev", "--image", "busybox")
+	pidOn := func(guest string) (*agentProc, int) {
+		t.Helper()
+		eventually(t, 60*time.Second, guest+" running", func() error {
+			var v struct {
+				Status string `json:"status"`
+			}
+			if err := c.json(&v, "guest", "show", guest); err != nil {
+				return err
+			}
+			if v.Status != "running" {
+				return fmt.Errorf("%s is %s", guest, v.Status)
+			}
+			return nil
+		})
+		for _, on := range []*agentProc{a, b} {
+			if _, pid, err := on.lxc.info(guest); err == nil && pid != 0 {
+				return on, pid
+			}
+		}
+		t.Fatalf("%s's init is on neither node", guest)
+		return nil, 0
+	}
+	_, web2PID := pidOn("web2")
+	siteOn, sitePID := pidOn("site-dev")
 	prevServer := g.serverVersion(t, "c1", "c1")
 	t.Logf("previous release %s (%s), server version %s; this tree's server version %s", prev.version, prev.commit[:7], prevServer, compat.Current)
 
@@ -81,21 +114,26 @@ func TestRollingUpgrade(t *testing.T) {
 	down.Store("")
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			err := wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one")()
-			atomic.AddInt64(&fig.requests, 1)
-			if err != nil {
-				atomic.AddInt64(&fig.failedRequests, 1)
-				mu.Lock()
-				failures = append(failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-				mu.Unlock()
+	wg.Add(3)
+	for _, check := range []func() error{
+		wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"),
+		wantBody(hc2, "http://"+nodeAddr2+"/", "web2.example.test", "two"),
+	} {
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := check()
+				atomic.AddInt64(&fig.requests, 1)
+				if err != nil {
+					atomic.AddInt64(&fig.failedRequests, 1)
+					mu.Lock()
+					failures = append(failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
@@ -154,34 +192,48 @@ func TestRollingUpgrade(t *testing.T) {
 		return nil
 	})
 
-	a.stop(t)
 	c.bin = corpusBin
-	c.restartAgent(a)
-	c.waitNodeReady("n1")
-	eventually(t, 30*time.Second, "n1 reporting the new version", func() error {
-		var n struct {
-			Node struct {
+	for _, ag := range []*agentProc{a, b} {
+		ag.stop(t)
+		c.restartAgent(ag)
+		c.waitNodeReady(ag.name)
+		eventually(t, 30*time.Second, ag.name+" reporting the new version", func() error {
+			var n struct {
 				Node struct {
-					AgentVersion string `json:"agent_version"`
+					Node struct {
+						AgentVersion string `json:"agent_version"`
+					} `json:"node"`
 				} `json:"node"`
-			} `json:"node"`
-		}
-		if err := c.json(&n, "node", "show", "n1"); err != nil {
-			return err
-		}
-		if n.Node.Node.AgentVersion != newVersion {
-			return fmt.Errorf("agent version %q, want %q", n.Node.Node.AgentVersion, newVersion)
-		}
-		return nil
-	})
-	// A few more requests through the new agent's proxy, then stop.
-	eventually(t, 10*time.Second, "the proxy to web after the agent's upgrade", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
+			}
+			if err := c.json(&n, "node", "show", ag.name); err != nil {
+				return err
+			}
+			if n.Node.Node.AgentVersion != newVersion {
+				return fmt.Errorf("agent version %q, want %q", n.Node.Node.AgentVersion, newVersion)
+			}
+			return nil
+		})
+	}
+	// A few more requests through the new agents' proxies, then stop.
+	eventually(t, 10*time.Second, "the proxy to web after the agents' upgrade", wantBody(hc, "http://"+nodeAddr+"/", "web.example.test", "one"))
+	eventually(t, 10*time.Second, "the proxy to web2 after the agents' upgrade", wantBody(hc2, "http://"+nodeAddr2+"/", "web2.example.test", "two"))
 	fig.duration = time.Since(upgradeStart)
 	stop()
 	wg.Wait()
 
 	if _, pid, err := a.lxc.info("web"); err != nil || pid != initPID {
 		t.Errorf("web's init after the upgrade: pid %d, %v; want %d (not restarted)", pid, err, initPID)
+	}
+	if _, pid, err := b.lxc.info("web2"); err != nil || pid != web2PID {
+		t.Errorf("web2's init after the upgrade: pid %d, %v; want %d (not restarted)", pid, err, web2PID)
+	}
+	if _, pid, err := siteOn.lxc.info("site-dev"); err != nil || pid != sitePID {
+		t.Errorf("the project's guest site-dev after the upgrade: pid %d, %v; want %d (not restarted)", pid, err, sitePID)
+	}
+	// A feature of this release's entries, usable now that every
+	// replica runs it: a rejoin token (a RejoinNode entry follows it).
+	if out, errOut, code := c.cli("node", "token", "--node", "n1"); code != 0 {
+		t.Errorf("corpus node token --node n1 after the upgrade: exit %d: %s%s", code, out, errOut)
 	}
 	for _, f := range failures {
 		t.Errorf("proxied request failed: %s", f)
