@@ -61,18 +61,7 @@ func (c *certs) adopt(rec *corpusv1.ClusterCa, open func(sealed []byte, place st
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	held := c.Held()
-	find := func(certPEM string) *pki.CA {
-		cert, err := pki.ParseCert([]byte(certPEM))
-		if err != nil {
-			return nil
-		}
-		for _, ca := range held {
-			if ca.Pin() == pki.Pin(cert) {
-				return ca
-			}
-		}
-		return nil
-	}
+	find := func(certPEM string) *pki.CA { return pki.FindCA(held, certPEM) }
 	if r := rec.Rotation; r != nil && find(r.CertPem) == nil {
 		next, err := c.takeNext(r, open)
 		if err != nil {

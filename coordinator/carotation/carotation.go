@@ -98,16 +98,14 @@ func (r *Rotator) clusterCA(view *state.Snap) (*pki.CA, error) {
 
 // held is the CA of certPEM among those this replica holds.
 func (r *Rotator) held(certPEM string) (*pki.CA, error) {
-	c, err := pki.ParseCert([]byte(certPEM))
+	if ca := pki.FindCA(r.CA.Held(), certPEM); ca != nil {
+		return ca, nil
+	}
+	pin, err := pki.PinOf([]byte(certPEM))
 	if err != nil {
 		return nil, err
 	}
-	for _, ca := range r.CA.Held() {
-		if ca.Pin() == pki.Pin(c) {
-			return ca, nil
-		}
-	}
-	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("this coordinator does not hold the key of CA %.16s yet; try again", pki.Pin(c)))
+	return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("this coordinator does not hold the key of CA %.16s yet; try again", pin))
 }
 
 // waitHeld is held, waiting a little for this replica to take the CA

@@ -142,13 +142,9 @@ func (r *Ring) kek() ([]byte, error) {
 	if len(cas) == 0 {
 		return nil, errNoKEK
 	}
-	ca := cas[0]
-	if cur, err := pki.ParseCert([]byte(r.store.Read().Config().GetCa().GetCertPem())); err == nil {
-		for _, c := range cas {
-			if c.Pin() == pki.Pin(cur) {
-				ca = c
-			}
-		}
+	ca := pki.FindCA(cas, r.store.Read().Config().GetCa().GetCertPem())
+	if ca == nil {
+		ca = cas[0] // a cluster never rotated: the replica's own
 	}
 	return ca.SealKEK()
 }

@@ -200,3 +200,18 @@ func TrustedKeyPair(certPEM, keyPEM []byte, cas []*x509.Certificate) (*tls.Certi
 	}
 	return KeyPair(certPEM, keyPEM, pemBlock("CERTIFICATE", issuer.Raw))
 }
+
+// FindCA is the one of cas whose certificate is certPEM's (by pin), nil
+// if none is or certPEM does not parse.
+func FindCA(cas []*CA, certPEM string) *CA {
+	pin, err := PinOf([]byte(certPEM))
+	if err != nil {
+		return nil
+	}
+	for _, ca := range cas {
+		if ca.Pin() == pin {
+			return ca
+		}
+	}
+	return nil
+}
