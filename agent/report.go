@@ -11,13 +11,19 @@ import (
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
+// reportSpacing is the least time between two reports the agent's
+// changes ask for (the periodic report aside).
+const reportSpacing = 10 * time.Millisecond
+
 // reportLoop sends the node's facts and its guests' observed states every
 // ReportInterval (the heartbeat), and soon after any observed change.
 func (a *Agent) reportLoop(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.ReportInterval)
 	defer tick.Stop()
 	failing := false
+	var sent time.Time
 	for {
+		sent = time.Now()
 		err := a.sendReport(ctx)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
@@ -33,11 +39,12 @@ func (a *Agent) reportLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-a.report:
-			// Let a burst of changes settle into one report.
+			// A change is reported at once, and a burst of changes in
+			// at most one report every reportSpacing.
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(time.Until(sent.Add(reportSpacing))):
 			}
 		}
 	}

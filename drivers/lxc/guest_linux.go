@@ -456,6 +456,7 @@ func (d *Driver) start(ctx context.Context, name string) error {
 			return fmt.Errorf("confining a guest an older corpus made privileged: %w", err)
 		}
 	}
+	began := time.Now()
 	if err := d.shiftMounts(m); err != nil {
 		return err
 	}
@@ -478,7 +479,7 @@ func (d *Driver) start(ctx context.Context, name string) error {
 	if err := forkstart.Start(d.path, name, m.Command); err != nil {
 		return fmt.Errorf("%w%s", err, logTail(logFile))
 	}
-	d.log.Info("started guest", "guest", name, "pid", c.InitPid())
+	d.log.Info("started guest", "guest", name, "pid", c.InitPid(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 

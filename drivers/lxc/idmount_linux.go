@@ -5,13 +5,10 @@ package lxc
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,53 +36,6 @@ const imageMountsDir = ".image-mounts"
 
 func (d *Driver) imageMount(name string) string {
 	return filepath.Join(d.path, imageMountsDir, name)
-}
-
-// usernsHelperEnv marks the process as the user namespace helper: a
-// child that only holds a user namespace of a given map open while the
-// driver takes a handle on it (the driver's own process has threads and
-// cannot unshare one).
-const usernsHelperEnv = "_CORPUS_LXC_USERNS_HELPER"
-
-func init() {
-	if os.Getenv(usernsHelperEnv) == "1" {
-		// Held until the driver closes the pipe (or dies).
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}
-}
-
-// userns returns a handle on a new user namespace mapping ids
-// 0..guestIDs-1 to m; the caller closes it.
-func userns(m idmap) (*os.File, error) {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args[0] = "corpus-lxc-userns"
-	cmd.Env = []string{usernsHelperEnv + "=1", "GORACE=atexit_sleep_ms=0"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.UID), Size: guestIDs}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.GID), Size: guestIDs}},
-	}
-	hold, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		hold.Close()
-		return nil, fmt.Errorf("making a user namespace for ids %d:%d: %w", m.UID, m.GID, err)
-	}
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
-	hold.Close()
-	if werr := cmd.Wait(); err == nil && werr != nil {
-		err = werr
-	}
-	if err != nil {
-		if ns != nil {
-			ns.Close()
-		}
-		return nil, fmt.Errorf("making a user namespace for ids %d:%d: %w", m.UID, m.GID, err)
-	}
-	return ns, nil
 }
 
 // mountIDMapped mounts src at dst read-only, its ids 0..guestIDs-1 seen
