@@ -172,10 +172,10 @@ func zoneLoop(ctx context.Context, store *state.Store, src *dns.StaticSource, zo
 		v := store.Read()
 		v.WatchIndex()
 		z, err := clusterZone(v, zoneName, nsName, nsAddr)
-		// The next rebuild waits zoneRebuildEvery, or four times what this
-		// one took when that is longer: rebuilds take at most a fifth of
-		// a CPU however large the state.
-		last = start.Add(max(0, 4*time.Since(start)-zoneRebuildEvery))
+		// The next rebuild waits zoneRebuildEvery, or zoneRebuildShare
+		// times what this one took when that is longer: rebuilds take at
+		// most that share of a CPU however large the state.
+		last = start.Add(max(0, zoneRebuildShare*time.Since(start)-zoneRebuildEvery))
 		if err != nil {
 			logger.Error("building the dns zone; serving the previous one", "error", err)
 		} else {
@@ -205,6 +205,14 @@ func logSkipped(logger *slog.Logger, said string, z *dns.Zone) string {
 
 // zoneRebuildEvery bounds how often zoneLoop rebuilds the zone.
 const zoneRebuildEvery = 100 * time.Millisecond
+
+// zoneRebuildShare is the inverse of the share of a CPU zone rebuilds
+// may take while writes stream in: after a rebuild of 20 ms the next
+// waits 200 ms. The DNS server's fast-path tables are paced the same
+// way (dns.Server), so a replica spends at most a fifth of a CPU on its
+// zone; at four (a quarter each) a 3-replica group on two cores spent a
+// third of its CPU there under test/bench/raft's writes.
+const zoneRebuildShare = 10
 
 // nameServerAddr is the address published for this replica's NS record:
 // the DNS listen host, or the Raft host when that is unspecified.

@@ -166,8 +166,11 @@ func (s *Server) Start() error {
 
 // buildTables rebuilds the fast path's table each time the source's zone
 // changes, until ctx ends. Builds are not queued: after a build it takes
-// the newest zone, however many came in between. Until a table is stored,
-// queries about the new zone take the full path.
+// the newest zone, however many came in between, and not before
+// tableBuildShare times the build's time has passed, so that building
+// takes at most that share of a CPU while the zone changes all the time.
+// Until a table is stored, queries about the new zone take the full
+// path.
 func (s *Server) buildTables(ctx context.Context, changed <-chan struct{}) {
 	for {
 		select {
@@ -175,11 +178,23 @@ func (s *Server) buildTables(ctx context.Context, changed <-chan struct{}) {
 			return
 		case <-changed:
 		}
+		start := time.Now()
 		var zone *Zone
 		zone, changed = s.src.Snapshot()
 		s.table.Store(buildTable(zone))
+		if rest := (tableBuildShare - 1) * time.Since(start); rest > time.Millisecond {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(rest):
+			}
+		}
 	}
 }
+
+// tableBuildShare is the inverse of the share of a CPU the fast path's
+// table builds may take (see buildTables).
+const tableBuildShare = 10
 
 // listenBoth opens TCP and n UDP sockets on addr; with port 0 it retries
 // until all get the same port.
