@@ -7,12 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
@@ -28,7 +26,7 @@ import (
 type replica struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	logs      *raftboltdb.BoltStore
+	logs      logStore
 	snaps     raft.SnapshotStore
 	fsm       *state.FSM
 	store     *state.Store
@@ -71,7 +69,8 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating raft folder: %w", err)
 	}
-	logs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db"))
+	hlog := raftLogger(cfg.Logger)
+	logs, err := openLogStore(cfg.Dir, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("opening raft log: %w", err)
 	}
@@ -79,7 +78,6 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 		logs.Close()
 		return nil, err
 	}
-	hlog := raftLogger(cfg.Logger)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
 	if err != nil {
 		logs.Close()
