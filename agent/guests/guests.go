@@ -242,7 +242,13 @@ func (w *Worker) converge(ctx context.Context, g *corpusv1.Guest) error {
 		// watch says so, and wakes this worker).
 		c.Node.SetObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: "waiting for " + waiting})
 		return nil
-	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning:
+	case g.DesiredState == corpusv1.DesiredRunning && st.State != drivers.StateRunning && st.State != drivers.StateStarting:
+		// Not when starting: started already, on its way (a container
+		// mid-start, a Kubernetes workload whose pod is not ready); it
+		// is observed as it is (below), and a start again would change
+		// nothing but cost the driver's calls on every pass (Kubernetes:
+		// a read of the workload, for each such guest).
+		//
 		// The driver's message is kept: a guest that stays starting (a
 		// cluster pulling an image) does not flap between two reports.
 		c.Node.SetObserved(g.Id, &corpusv1.GuestObserved{State: corpusv1.ObservedStarting, Message: st.Message})
