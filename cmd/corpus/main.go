@@ -5,16 +5,14 @@ package main
 import (
 	"os"
 
-	"corpus/agent/deploy/githook"
+	// git-receive-pack runs `corpus git-hook pre-receive` in the agent's
+	// repositories (not a user command): the package answers it from
+	// its init, before the rest of the binary initialises.
+	_ "corpus/agent/deploy/githook"
 	"corpus/cmd/corpus/cli"
 	"corpus/cmd/corpus/daemon"
 )
 
 func main() {
-	// git-receive-pack runs `corpus git-hook pre-receive` in the agent's
-	// repositories; it is not a user command.
-	if len(os.Args) == 3 && os.Args[1] == "git-hook" && os.Args[2] == "pre-receive" {
-		os.Exit(githook.Run(os.Stdin, os.Stdout))
-	}
 	os.Exit(cli.Main(os.Args[1:], daemon.Commands))
 }

@@ -51,6 +51,18 @@ type RefUpdate struct {
 
 const ZeroID = "0000000000000000000000000000000000000000"
 
+// The hook is the corpus binary, which git-receive-pack runs for every
+// push: it answers from this package's init. Go initialises packages in
+// import path order as their imports are ready, and this one imports
+// only the standard library, so the hook runs before the hundreds of
+// package inits of the rest of the binary (Kubernetes' schemes, the
+// API's descriptors), which it does not need: about 35 ms of a push.
+func init() {
+	if len(os.Args) == 3 && os.Args[1] == "git-hook" && os.Args[2] == "pre-receive" {
+		os.Exit(Run(os.Stdin, os.Stdout))
+	}
+}
+
 // Run is `corpus git-hook pre-receive`: it forwards the push to the
 // agent and returns the exit status the agent decided.
 func Run(stdin io.Reader, out io.Writer) int {
