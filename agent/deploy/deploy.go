@@ -547,6 +547,9 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			return true, nil
 		}
 		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.instance, d.specOf(), d.name(), d.say)
+		if d.image != nil {
+			err = portHint(err, d.image.Image.Ports())
+		}
 		var es *errStart
 		if errors.As(err, &es) {
 			d.tail = es.tail

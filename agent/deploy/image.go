@@ -77,6 +77,18 @@ func (d *deploy) useImage(src *imagetree.Source) {
 	d.man.Processes = map[string]string{"web": src.Describe()}
 }
 
+// portHint adds to err, a web process of an image that gave no good
+// answer on the port in $PORT, what the image says it listens on: an
+// image built to listen on its own port only ignores $PORT, and a
+// release's web must take it (each release starts beside the serving
+// one, on the other of two ports, before the routes move to it).
+func portHint(err error, exposed []string) error {
+	if !errors.Is(err, errNoAnswer) || len(exposed) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; the image exposes %s: its web process must listen on the port in $PORT, since each release starts beside the one serving, on another port, before the routes move to it (an image that listens only on its own port cannot take part: have it read $PORT)", err, strings.Join(exposed, ", "))
+}
+
 // pullRecorded pulls the image a release recorded, by its digest (never
 // its tag), for an instance past the first to deploy it as the first
 // did; Close on what it returns removes the unpacked tree.

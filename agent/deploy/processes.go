@@ -316,6 +316,9 @@ func (r *rollout) checkWeb(ctx context.Context) error {
 	return nil
 }
 
+// errNoAnswer: a web process gave no good answer in time.
+var errNoAnswer = errors.New("no good answer")
+
 // waitHTTP asks url until accept likes the status, or timeout.
 func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept func(int) bool) (string, error) {
 	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -338,7 +341,7 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept fun
 			last = err.Error()
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("GET %s: %s (no good answer within %s)", url, last, timeout)
+			return "", fmt.Errorf("GET %s: %s (%w within %s)", url, last, errNoAnswer, timeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
