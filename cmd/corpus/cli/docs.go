@@ -17,11 +17,12 @@ import (
 // docs/reference. Hidden: it is for packagers and the docs.
 func newDocsCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
-		Use:       "docs man|markdown DIR",
-		Short:     "Write a man or Markdown page for every command into DIR",
-		Hidden:    true,
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"man", "markdown"},
+		Use:         "docs man|markdown DIR",
+		Short:       "Write a man or Markdown page for every command into DIR",
+		Hidden:      true,
+		Annotations: map[string]string{wholeTree: "true"},
+		Args:        cobra.ExactArgs(2),
+		ValidArgs:   []string{"man", "markdown"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, dir := args[0], args[1]
 			if format != "man" && format != "markdown" {
