@@ -137,9 +137,8 @@ func hasRaftState(dir string) bool {
 	return err == nil
 }
 
-// stableUint64 and stableBytes are the keys hashicorp/raft keeps in its
-// stable store: the current term and the last vote, as numbers and as a
-// server address.
+// stableKeys are the keys hashicorp/raft keeps in its stable store: the
+// current term and the last vote, as numbers and as a server address.
 var (
 	stableUint64 = []string{"CurrentTerm", "LastVoteTerm"}
 	stableBytes  = []string{"LastVoteCand"}
