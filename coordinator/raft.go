@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corpus/coordinator/api"
@@ -26,7 +28,7 @@ import (
 type replica struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	logs      logStore
+	logs      *raftboltdb.BoltStore
 	snaps     raft.SnapshotStore
 	fsm       *state.FSM
 	store     *state.Store
@@ -69,8 +71,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating raft folder: %w", err)
 	}
-	hlog := raftLogger(cfg.Logger)
-	logs, err := openLogStore(cfg.Dir, hlog)
+	logs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		return nil, fmt.Errorf("opening raft log: %w", err)
 	}
@@ -78,6 +79,7 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 		logs.Close()
 		return nil, err
 	}
+	hlog := raftLogger(cfg.Logger)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hlog)
 	if err != nil {
 		logs.Close()

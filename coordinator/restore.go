@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"google.golang.org/protobuf/proto"
 
 	"corpus/coordinator/state"
@@ -75,7 +76,7 @@ func openRestore(cfg Config, logger *slog.Logger) (*restoring, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, refuse("reading the data folder's CA: %v", err)
 	}
-	if hasRaftState(filepath.Join(cfg.DataDir, raftDir)) {
+	if fileExists(filepath.Join(cfg.DataDir, "raft", "raft.db")) {
 		if haveCA == nil {
 			return nil, refuse("the data folder %s holds a replica's Raft state already: restore into an empty data folder", cfg.DataDir)
 		}
@@ -135,7 +136,7 @@ func decodeSnapshot(h *corpusv1.SnapshotHeader, c *corpusv1.SnapshotContents) (*
 // install writes the snapshot into a replica's empty Raft storage, with
 // this replica (id at trans's address) as the only voter, and its term as
 // the current one.
-func (r *restoring) install(id raft.ServerID, snaps raft.SnapshotStore, logs raft.StableStore, trans raft.Transport) error {
+func (r *restoring) install(id raft.ServerID, snaps raft.SnapshotStore, logs *raftboltdb.BoltStore, trans raft.Transport) error {
 	h := r.header
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: id, Address: trans.LocalAddr()}}}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, h.RaftIndex, h.RaftTerm, conf, h.RaftIndex, trans)

@@ -349,7 +349,7 @@ func New(cfg Config) (*Server, error) {
 		s.opsToken = tok
 	}
 	r, err := openReplica(raftConfig{
-		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, raftDir), BindAddr: cfg.RaftAddr,
+		ID: cfg.ReplicaID, Dir: filepath.Join(cfg.DataDir, "raft"), BindAddr: cfg.RaftAddr,
 		Bootstrap: alone, Restore: restore, Logger: cfg.Logger,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, Multiplier: cfg.RaftMultiplier,
 		Certs: certs, Metrics: cfg.Metrics, Clock: cfg.Clock,
@@ -546,7 +546,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	run(s.tokenUses.Run)
 	run(func(ctx context.Context) { s.certs.renewLoop(ctx, s.logger.With("component", "tls")) })
 	run(s.caLoop)
-	run(s.walLoop)
 	if s.cfg.Bootstrap && s.cfg.BootstrapExpect > 1 {
 		run(s.formGroup)
 	}

@@ -132,11 +132,6 @@ const (
 	// NodeRejoin gives an enrolled node a new certificate for a rejoin
 	// token (JoinToken.node_id, RejoinNode entries).
 	NodeRejoin Feature = "node-rejoin"
-	// LogWAL keeps a replica's Raft log in a write-ahead log instead of a
-	// bbolt file: a replica of an earlier group moves its log at the
-	// first start after the group allows it, when no downgrade can come
-	// (coordinator/logstore.go).
-	LogWAL Feature = "log-wal"
 )
 
 type feature struct {
@@ -157,7 +152,6 @@ var features = map[Feature]feature{
 	ImageDeployAdmission: {since: Version{0, 2}},
 	CARotation:           {since: Version{0, 2}, entries: []string{"start_ca_rotation", "advance_ca_rotation", "finish_ca_rotation", "abort_ca_rotation"}},
 	NodeRejoin:           {since: Version{0, 2}, entries: []string{"rejoin_node"}},
-	LogWAL:               {since: Version{0, 2}},
 }
 
 var entryFeatures = func() map[string]Feature {

@@ -40,17 +40,3 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
-
-// SyncDir makes the names in folder dir durable: a rename or a new
-// file in it survives a crash once SyncDir returns.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,8 +45,7 @@ type upgradeFigures struct {
 // elected or by the replica being stopped (each refusal is logged), and the cluster version is this
 // binary's server version once every replica runs it. A replica
 // downgraded to the previous release before the cluster version moved
-// past it rejoins; after, it refuses to start, and started again on this
-// release it moves its bbolt log into the write-ahead log.
+// past it rejoins; after, it refuses to start.
 //
 // While the previous release has this tree's server version (this tree
 // is that release, or a patch past it), the cluster version does not
@@ -270,23 +267,8 @@ func TestRollingUpgrade(t *testing.T) {
 	if want := "a downgrade after the group moved on is not possible"; !strings.Contains(p.log.String(), want) {
 		t.Errorf("replica %s on %s stopped saying:\n%s\nwant %q", id, prev.version, p.log.String(), want)
 	}
-	// The replicas of the earlier release kept their bbolt logs, so the
-	// downgrade above could read one; the cluster version having moved,
-	// each marked its log for the write-ahead log, and the replica
-	// started again here moved it.
-	for _, other := range order[1:] {
-		if _, err := os.Stat(filepath.Join(g.dir, other, "raft", "wal-next")); err != nil {
-			t.Errorf("replica %s after the cluster version moved: its bbolt log is not marked for the write-ahead log: %v", other, err)
-		}
-	}
 	g.procs[id] = startBinIn(t, corpusBin, g.ns, "coordinator "+id, nil, p.args...)
 	g.waitRegistered(t, id, newVersion)
-	if fi, err := os.Stat(filepath.Join(g.dir, id, "raft", "raft.db")); err != nil || !fi.IsDir() {
-		t.Errorf("replica %s restarted after the move: raft.db is %v, %v; want the folder that stands for the moved log", id, fi, err)
-	}
-	if _, err := os.Stat(filepath.Join(g.dir, id, "raft", "wal")); err != nil {
-		t.Errorf("replica %s restarted after the move: no write-ahead log: %v", id, err)
-	}
 }
 
 // binVersion is what bin says its version is.
