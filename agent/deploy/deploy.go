@@ -548,7 +548,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 		}
 		gen, err := d.p.startGeneration(d.ctx, d.driver, d.guest, d.project, d.env, d.instance, d.specOf(), d.name(), d.say)
 		if d.image != nil {
-			err = portHint(err, d.image.Image.Ports())
+			err = portHint(err, d.image.Image.WebPort(), d.image.Image.Ports())
 		}
 		var es *errStart
 		if errors.As(err, &es) {

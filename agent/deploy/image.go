@@ -24,8 +24,12 @@ import (
 // user, in its working dir, with its env under the project's config.
 // Everything after (start beside the serving release on the other port,
 // health, switch, roll, prune, rollback) is the pipeline's as for a
-// push. A config change or a deploy without --image of a release from an
-// image deploys its digest again: a tag is resolved once, when named.
+// push. An image that exposes a TCP port gets its web run in a network
+// of its own (supervisor's ownnet.go), listening on that port with PORT
+// set to it, reached through the port the deploy gave web: two releases
+// of an image that listens on its own port only run side by side so. A
+// config change or a deploy without --image of a release from an image
+// deploys its digest again: a tag is resolved once, when named.
 
 // errNoImages: the node's agent has no image store.
 var errNoImages = errors.New("this node's agent pulls no images (it has no image store)")
@@ -78,15 +82,22 @@ func (d *deploy) useImage(src *imagetree.Source) {
 }
 
 // portHint adds to err, a web process of an image that gave no good
-// answer on the port in $PORT, what the image says it listens on: an
-// image built to listen on its own port only ignores $PORT, and a
-// release's web must take it (each release starts beside the serving
-// one, on the other of two ports, before the routes move to it).
-func portHint(err error, exposed []string) error {
-	if !errors.Is(err, errNoAnswer) || len(exposed) == 0 {
+// answer, where it was asked and why there. web is the image's web port
+// (the lowest TCP port it exposes, where its web runs in a network of
+// its own, oci.Image.WebPort), 0 for an image that exposes none (its web
+// takes $PORT in the guest's network); exposed is every port it
+// exposes.
+func portHint(err error, web int, exposed []string) error {
+	switch {
+	case !errors.Is(err, errNoAnswer):
 		return err
+	case web != 0:
+		return fmt.Errorf("%w; the image exposes %s, so its web runs in a network of its own and was asked on %d (PORT=%d there): it must listen on that port", err, strings.Join(exposed, ", "), web, web)
+	case len(exposed) > 0:
+		return fmt.Errorf("%w; the image exposes no TCP port (only %s): its web process must listen on the port in $PORT, or the image expose the TCP port it listens on", err, strings.Join(exposed, ", "))
+	default:
+		return fmt.Errorf("%w; the image exposes no port: its web process must listen on the port in $PORT, or the image expose the port it listens on (EXPOSE), where its web then runs in a network of its own", err)
 	}
-	return fmt.Errorf("%w; the image exposes %s: its web process must listen on the port in $PORT, since each release starts beside the one serving, on another port, before the routes move to it (an image that listens only on its own port cannot take part: have it read $PORT)", err, strings.Join(exposed, ", "))
 }
 
 // pullRecorded pulls the image a release recorded, by its digest (never

@@ -28,23 +28,36 @@ func TestNewRemovesUnpackedImages(t *testing.T) {
 	}
 }
 
-// TestPortHint: a web of an image that did not answer on $PORT is told
-// what the image exposes and why $PORT; other errors, and images that
-// expose nothing, are left as they are.
+// TestPortHint: a web of an image that gave no answer is told where it
+// was asked and why: on its exposed port in a network of its own, or on
+// $PORT for an image that exposes no TCP port; other errors are left as
+// they are.
 func TestPortHint(t *testing.T) {
 	noAnswer := fmt.Errorf("GET http://10.0.0.2:5001/: connection refused (%w within 30s)", errNoAnswer)
-	got := portHint(noAnswer, []string{"80/tcp"})
-	if !errors.Is(got, errNoAnswer) || !strings.Contains(got.Error(), "the image exposes 80/tcp") || !strings.Contains(got.Error(), "$PORT") {
-		t.Errorf("portHint(no answer, 80/tcp) = %v", got)
-	}
-	if got := portHint(noAnswer, nil); got != noAnswer {
-		t.Errorf("portHint(no answer, nothing exposed) = %v, want the error as it was", got)
+	for _, c := range []struct {
+		web     int
+		exposed []string
+		want    []string
+	}{
+		{80, []string{"80/tcp", "443/tcp"}, []string{"exposes 80/tcp, 443/tcp", "asked on 80 (PORT=80 there)", "network of its own"}},
+		{0, []string{"53/udp"}, []string{"no TCP port (only 53/udp)", "$PORT"}},
+		{0, nil, []string{"exposes no port", "$PORT", "EXPOSE"}},
+	} {
+		got := portHint(noAnswer, c.web, c.exposed)
+		if !errors.Is(got, errNoAnswer) {
+			t.Errorf("portHint(no answer, %d, %v) = %v, not errNoAnswer", c.web, c.exposed, got)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got.Error(), w) {
+				t.Errorf("portHint(no answer, %d, %v) = %v; want %q in it", c.web, c.exposed, got, w)
+			}
+		}
 	}
 	other := errors.New("process web exited within 1s of its start")
-	if got := portHint(other, []string{"80/tcp"}); got != other {
+	if got := portHint(other, 80, []string{"80/tcp"}); got != other {
 		t.Errorf("portHint(another error) = %v, want it as it was", got)
 	}
-	if got := portHint(nil, []string{"80/tcp"}); got != nil {
+	if got := portHint(nil, 80, []string{"80/tcp"}); got != nil {
 		t.Errorf("portHint(nil) = %v", got)
 	}
 }

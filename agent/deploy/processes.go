@@ -116,6 +116,7 @@ func (d *deploy) specOf() runSpec {
 		s.Root, s.Dir = imageRoot, d.image.Workdir
 		s.Processes[0].Argv = d.image.Argv
 		s.Processes[0].StopSignal = int(d.image.StopSignal)
+		s.Processes[0].InnerPort = d.image.Image.WebPort()
 	}
 	if h := d.man.Health; h != nil && h.HTTP != nil {
 		s.HealthPath, s.Strict, s.HealthTimeout = h.HTTP.Path, true, supervisor.Duration(h.HTTP.Timeout)
@@ -252,7 +253,10 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 	}
 	for _, proc := range procs {
 		desc := proc.Command
-		if proc.Port != 0 {
+		switch {
+		case proc.Port != 0 && proc.InnerPort != 0 && spec.Root != "":
+			desc += fmt.Sprintf(" (PORT=%d in a network of its own, reached on %d)", proc.InnerPort, proc.Port)
+		case proc.Port != 0:
 			desc += " (PORT=" + strconv.Itoa(proc.Port) + ")"
 		}
 		say("       %s: %s", proc.Name, desc)

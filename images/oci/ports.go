@@ -41,3 +41,15 @@ func (img *Image) Ports() []string {
 	}
 	return out
 }
+
+// WebPort is the port the image's web process listens on, as far as the
+// image says: the lowest TCP port it exposes, 0 when it exposes none.
+func (img *Image) WebPort() int {
+	for _, p := range img.Ports() {
+		if num, proto, _ := strings.Cut(p, "/"); proto == "tcp" {
+			n, _ := strconv.Atoi(num)
+			return n
+		}
+	}
+	return 0
+}

@@ -3,6 +3,8 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,6 +200,8 @@ func TestProjectFromOCIImage(t *testing.T) {
 	ld.end(t, "push after image releases")
 	l.wantPage("version two")
 
+	l.ownPortImages(reg, tr)
+
 	// A project whose first release is an image (project create --image),
 	// with the image's own env.
 	out = l.c.mustCLI("project", "create", "site", "--image", reg+"/team/site:v2", "--memory", "64M", "--cpus", "0.2", "--domain", "site.dev.example.test")
@@ -212,6 +216,60 @@ func TestProjectFromOCIImage(t *testing.T) {
 		return nil
 	})
 	l.c.mustCLI("project", "delete", "site", "--yes")
+}
+
+// ownPortImage is a busybox image whose web ignores $PORT and listens
+// on the port it exposes, 8080, as most images built for Docker do; its
+// page names its version, the PORT it sees and what it fetched from
+// $UPSTREAM when it started.
+func ownPortImage(t *testing.T, version string) v1.Image {
+	t.Helper()
+	return ocitest.Image(t, v1.Config{
+		Entrypoint: []string{"/bin/sh", "-c"},
+		Cmd: []string{`echo "own $(cat version) PORT=$PORT $(wget -q -O - "$UPSTREAM")" > index.html || exit 1
+exec httpd -f -p 8080 -h .`},
+		Env:          []string{"PATH=/bin"},
+		WorkingDir:   "/www",
+		User:         "app",
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
+	}, ocitest.BusyboxLayer(t), ocitest.Layer(t,
+		ocitest.File{Name: "www/", UID: 1000, GID: 1000},
+		ocitest.File{Name: "www/version", Body: version + "\n"}))
+}
+
+// ownPortImages: releases of an image that listens only on its own port
+// (each runs in a network of its own, reached through the port the
+// deploy gave web) follow each other and roll back under load with no
+// failed request, and reach beyond their guest (a server in the lab's
+// ctl namespace) from inside it.
+func (l *deployLab) ownPortImages(reg string, tr *http.Transport) {
+	t := l.t
+	ln, err := inNamespace(l.c.lab.ctl, func() (net.Listener, error) { return net.Listen("tcp", l.c.lab.lan+":0") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "upstream ok") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	l.c.mustCLI("config", "set", "hello", "UPSTREAM=http://"+ln.Addr().String()+"/")
+	for _, v := range []string{"a", "b"} {
+		ocitest.Push(t, reg+"/team/own:"+v, ownPortImage(t, v), remote.WithTransport(tr))
+	}
+	for _, v := range []string{"a", "b"} {
+		ld := l.startLoad(4)
+		start := time.Now()
+		out := l.c.mustCLI("deploy", "hello", "--image", reg+"/team/own:"+v)
+		ld.end(t, "deploy of the own-port image "+v)
+		t.Logf("corpus deploy --image own:%s (its own port, 8080) took %s", v, time.Since(start).Round(time.Millisecond))
+		if !strings.Contains(out, "PORT=8080 in a network of its own") {
+			t.Errorf("deploy of own:%s does not say its web runs in a network of its own:\n%s", v, out)
+		}
+		l.wantPage("own " + v + " PORT=8080 upstream ok")
+	}
+	ld := l.startLoad(4)
+	l.c.mustCLI("rollback", "hello")
+	ld.end(t, "rollback to the own-port image a")
+	l.wantPage("own a PORT=8080 upstream ok")
 }
 
 // wantImageOnAll waits until n guests answer through the proxy, each

@@ -26,7 +26,8 @@ import (
 // sees them (a prune's rm -rf of the release never meets them).
 
 // ChrootCommand is the supervisor's command that runs a process in an
-// image's tree: corpus-supervisor chroot ROOT DIR UID GID -- ARGV...
+// image's tree: corpus-supervisor chroot [-net OUTER:INNER] ROOT DIR UID
+// GID -- ARGV... (-net: a network of its own, ownnet.go).
 const ChrootCommand = "chroot"
 
 // devices are the nodes an image's /dev gets, bound from the guest's.
@@ -34,9 +35,14 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 // chrootCmd is the command that runs argv in root (RunChrooted): the
 // supervisor's binary self, as the guest's root, in a new mount
-// namespace, leading a process group.
-func chrootCmd(self, root, dir string, uid, gid int, argv []string) *exec.Cmd {
-	args := append([]string{ChrootCommand, root, dir, strconv.Itoa(uid), strconv.Itoa(gid), "--"}, argv...)
+// namespace, leading a process group; in a network of its own when n is
+// set.
+func chrootCmd(self, root, dir string, uid, gid int, n ownNet, argv []string) *exec.Cmd {
+	args := []string{ChrootCommand}
+	if n != (ownNet{}) {
+		args = append(args, NetFlag, n.String())
+	}
+	args = append(append(args, root, dir, strconv.Itoa(uid), strconv.Itoa(gid), "--"), argv...)
 	cmd := exec.Command(self, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
 	return cmd
@@ -56,16 +62,26 @@ func runAs(root string, uid, gid int) *syscall.SysProcAttr {
 	return a
 }
 
-// RunChrooted is ChrootCommand: args are ROOT DIR UID GID -- ARGV. In the
-// mount namespace its caller made, it mounts what a process expects in
-// ROOT (mountRuntime), then runs ARGV there in DIR as UID:GID with this
-// process's environment and standard files, and returns its exit status
-// (or ends by the signal that ended it). It ignores the signals it gets:
-// the supervisor signals the whole group, the process included, and this
-// one ends with the process. An error says why the process did not run.
+// RunChrooted is ChrootCommand: args are [-net OUTER:INNER] ROOT DIR UID
+// GID -- ARGV. In the mount namespace its caller made, it mounts what a
+// process expects in ROOT (mountRuntime), then runs ARGV there in DIR as
+// UID:GID with this process's environment and standard files, and
+// returns its exit status (or ends by the signal that ended it); with
+// -net, in a network of its own that OUTER leads to (ownnet.go). It
+// ignores the signals it gets: the supervisor signals the whole group,
+// the process included, and this one ends with the process. An error
+// says why the process did not run.
 func RunChrooted(args []string) (int, error) {
+	var own ownNet
+	if len(args) > 1 && args[0] == NetFlag {
+		n, err := parseOwnNet(args[1])
+		if err != nil {
+			return 2, err
+		}
+		own, args = n, args[2:]
+	}
 	if len(args) < 6 || args[4] != "--" {
-		return 2, errors.New("usage: corpus-supervisor chroot ROOT DIR UID GID -- CMD [ARGS]")
+		return 2, errors.New("usage: corpus-supervisor chroot [-net OUTER:INNER] ROOT DIR UID GID -- CMD [ARGS]")
 	}
 	root, dir, argv := args[0], args[1], args[5:]
 	uid, err := strconv.Atoi(args[2])
@@ -81,6 +97,16 @@ func RunChrooted(args []string) (int, error) {
 	}
 	if err := mountRuntime(root); err != nil {
 		return 127, err
+	}
+	if own != (ownNet{}) {
+		// From here this goroutine's thread is in the process's
+		// network, and the process starts from it.
+		ln, err := enterOwnNet(own)
+		if err != nil {
+			return 127, err
+		}
+		defer ln.Close()
+		go relay(ln, own)
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs)

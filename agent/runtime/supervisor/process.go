@@ -128,7 +128,7 @@ func (p *proc) runOnce() error {
 			p.log.line(p.gen.ID, p.spec.Name, 0, "[corpus] cannot start: "+err.Error())
 			return err
 		}
-		cmd = chrootCmd(self, p.gen.Root, p.gen.Dir, p.gen.UID, p.gen.GID, cmd.Args)
+		cmd = chrootCmd(self, p.gen.Root, p.gen.Dir, p.gen.UID, p.gen.GID, p.ownNet(), cmd.Args)
 	}
 	cmd.Env = env
 	// Output goes through a pipe of our own, so Wait returns when the
@@ -181,7 +181,20 @@ func (p *proc) runOnce() error {
 
 // environ is what the process gets (Environ).
 func (p *proc) environ() ([]string, error) {
-	return Environ(p.gen.Dir, p.gen.EnvFile, p.spec.Name, p.spec.Port)
+	port := p.spec.Port
+	if n := p.ownNet(); n != (ownNet{}) {
+		port = n.inner
+	}
+	return Environ(p.gen.Dir, p.gen.EnvFile, p.spec.Name, port)
+}
+
+// ownNet is the process's own network, when it has one: a process of
+// an image's tree with a port the guest's leads to and one of its own.
+func (p *proc) ownNet() ownNet {
+	if p.gen.Root == "" || p.spec.Port == 0 || p.spec.InnerPort == 0 {
+		return ownNet{}
+	}
+	return ownNet{outer: p.spec.Port, inner: p.spec.InnerPort}
 }
 
 // stop ends the process: its stop signal (SIGTERM unless it names one)

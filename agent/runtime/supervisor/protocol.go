@@ -138,6 +138,10 @@ type Process struct {
 	StopSignal int `json:"stop_signal,omitempty"`
 	// Port is given as PORT (web).
 	Port int `json:"port,omitempty"`
+	// InnerPort, for a process of a generation with Root, runs it in a
+	// network of its own where PORT is InnerPort (an image's exposed
+	// port); Port, in the guest's network, leads there (ownnet.go).
+	InnerPort int `json:"inner_port,omitempty"`
 }
 
 // Response answers a Request.
