@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,10 @@ import (
 // image's tree: corpus-supervisor chroot [-net OUTER:INNER] ROOT DIR UID
 // GID -- ARGV... (-net: a network of its own, ownnet.go).
 const ChrootCommand = "chroot"
+
+// relayDrain is how long a process's relay gives what the process sent
+// before it ended to reach its clients (ownnet.go).
+const relayDrain = 5 * time.Second
 
 // devices are the nodes an image's /dev gets, bound from the guest's.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -98,6 +103,7 @@ func RunChrooted(args []string) (int, error) {
 	if err := mountRuntime(root); err != nil {
 		return 127, err
 	}
+	var r *relay
 	if own != (ownNet{}) {
 		// From here this goroutine's thread is in the process's
 		// network, and the process starts from it.
@@ -105,8 +111,7 @@ func RunChrooted(args []string) (int, error) {
 		if err != nil {
 			return 127, err
 		}
-		defer ln.Close()
-		go relay(ln, own)
+		r = startRelay(ln, own)
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs)
@@ -117,6 +122,9 @@ func RunChrooted(args []string) (int, error) {
 	cmd := &exec.Cmd{Path: argv[0], Args: argv, Dir: dir, Env: os.Environ(),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, SysProcAttr: runAs(root, uid, gid)}
 	err = cmd.Run()
+	if r != nil {
+		r.close(relayDrain)
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		if err != nil {

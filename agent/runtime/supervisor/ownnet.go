@@ -193,13 +193,27 @@ func masquerade() error {
 	return c.Flush()
 }
 
-// relay hands each connection to ln to the process's port, until ln
-// closes.
-func relay(ln net.Listener, n ownNet) {
+// relay hands each connection to a listener to the process's port.
+type relay struct {
+	ln     net.Listener
+	to     string
+	served chan struct{}
+	// back counts the copies from the process to its clients under way.
+	back sync.WaitGroup
+}
+
+// startRelay relays what comes to ln to the process of n, until close.
+func startRelay(ln net.Listener, n ownNet) *relay {
 	_, inner := n.addrs()
-	to := net.JoinHostPort(inner.String(), strconv.Itoa(n.inner))
+	r := &relay{ln: ln, to: net.JoinHostPort(inner.String(), strconv.Itoa(n.inner)), served: make(chan struct{})}
+	go r.serve()
+	return r
+}
+
+func (r *relay) serve() {
+	defer close(r.served)
 	for {
-		c, err := ln.Accept()
+		c, err := r.ln.Accept()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -207,29 +221,49 @@ func relay(ln net.Listener, n ownNet) {
 			}
 			return
 		}
+		r.back.Add(1)
 		go func() {
 			defer c.Close()
-			up, err := net.DialTimeout("tcp", to, 5*time.Second)
+			up, err := net.DialTimeout("tcp", r.to, 5*time.Second)
 			if err != nil {
+				r.back.Done()
 				return // the client sees its connection closed
 			}
 			defer up.Close()
-			pipe(c.(*net.TCPConn), up.(*net.TCPConn))
+			pipe(c.(*net.TCPConn), up.(*net.TCPConn), r.back.Done)
 		}()
 	}
 }
 
-// pipe copies both ways until both sides ended, passing on each half
-// close.
-func pipe(a, b *net.TCPConn) {
-	var wg sync.WaitGroup
-	wg.Add(1)
+// close takes no more connections and, the process having ended, waits
+// up to d for what it sent to reach its clients: a response written just
+// before it exited is not cut short by this command's own exit.
+func (r *relay) close(d time.Duration) {
+	r.ln.Close()
+	<-r.served
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		io.Copy(b, a)
-		b.CloseWrite()
+		r.back.Wait()
+		close(done)
 	}()
-	io.Copy(a, b)
-	a.CloseWrite()
-	wg.Wait()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// pipe copies both ways between a client and the process until both
+// sides ended, passing on each half close; back is called once the
+// process's side is copied to the client.
+func pipe(client, proc *net.TCPConn, back func()) {
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		defer back()
+		io.Copy(client, proc)
+		client.CloseWrite()
+	}()
+	io.Copy(proc, client)
+	proc.CloseWrite()
+	<-copied
 }

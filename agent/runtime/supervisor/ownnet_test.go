@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+
+	"corpus/internal/testrun"
 )
 
 // inOwnNetns runs the test calling it again in a network namespace of
@@ -162,4 +167,65 @@ func TestParseOwnNet(t *testing.T) {
 		}
 		seen[g.String()] = outer
 	}
+}
+
+// TestOwnNetworkDrains: what a process of its own network sent just
+// before it exited reaches its client whole: the chroot command's relay
+// copies it out before the command exits with the process.
+func TestOwnNetworkDrains(t *testing.T) {
+	if !inOwnNetns(t) {
+		return
+	}
+	dir := t.TempDir()
+	root := busyboxTree(t, dir)
+	body := make([]byte, 8<<20)
+	rand.Read(body)
+	if err := os.WriteFile(filepath.Join(root, "big"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nc hands its one client to cat, which sends the file and exits:
+	// the process ends with the end of the file in the buffers on the
+	// way, the relay's among them.
+	cmd := chrootCmd(self, root, "/", 0, 0, ownNet{outer: 5100, inner: 8080}, []string{"/bin/busybox", "nc", "-l", "-p", "8080", "-e", "/bin/busybox", "cat", "/big"})
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	var c net.Conn
+	waitFor(t, "the relay on 5100 reaching nc", func() bool {
+		if c, err = net.Dial("tcp", "127.0.0.1:5100"); err != nil {
+			return false
+		}
+		// A relay that reached nothing closes at once.
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		var b [1]byte
+		if n, _ := c.Read(b[:]); n == 1 && b[0] == body[0] {
+			return true
+		}
+		c.Close()
+		return false
+	})
+	// nc is left to fill every buffer on the way before it is read.
+	time.Sleep(300 * time.Millisecond)
+	c.SetReadDeadline(time.Now().Add(testrun.D(30 * time.Second)))
+	rest, err := io.ReadAll(c)
+	c.Close()
+	if got := append([]byte{body[0]}, rest...); !bytes.Equal(got, body) {
+		t.Errorf("the client got %d bytes of %d (%v); output:\n%s", len(got), len(body), err, out.String())
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the chroot command: %v; output:\n%s", err, out.String())
+	}
+	done <- nil
 }
