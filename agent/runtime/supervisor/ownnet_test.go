@@ -202,15 +202,20 @@ func TestOwnNetworkDrains(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 	})
+	// nc takes one connection: each try waits for its first byte as
+	// long as it takes, and a try the relay closes at once (nc not
+	// listening yet) is made again.
 	var c net.Conn
 	waitFor(t, "the relay on 5100 reaching nc", func() bool {
 		if c, err = net.Dial("tcp", "127.0.0.1:5100"); err != nil {
 			return false
 		}
-		// A relay that reached nothing closes at once.
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		c.SetReadDeadline(time.Now().Add(testrun.D(30 * time.Second)))
 		var b [1]byte
-		if n, _ := c.Read(b[:]); n == 1 && b[0] == body[0] {
+		if n, _ := c.Read(b[:]); n == 1 {
+			if b[0] != body[0] {
+				t.Fatalf("the first byte through the relay is %#x, want %#x", b[0], body[0])
+			}
 			return true
 		}
 		c.Close()
