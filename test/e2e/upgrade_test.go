@@ -112,6 +112,13 @@ func TestRollingUpgrade(t *testing.T) {
 	var mu sync.Mutex
 	var down atomic.Value // the id of the replica being swapped
 	down.Store("")
+	// swaps counts each replica's swaps begun: a write in flight when
+	// its replica's began was cut by that stop, however late its error
+	// comes back (the replica may be up again by then).
+	swaps := map[string]*atomic.Int64{}
+	for _, id := range g.ids {
+		swaps[id] = new(atomic.Int64)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -141,6 +148,7 @@ func TestRollingUpgrade(t *testing.T) {
 			if id == down.Load() {
 				continue // the replica being swapped: not a refusal
 			}
+			before := swaps[id].Load()
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := g.dns(id).AddRecord(wctx, connect.NewRequest(&corpusv1.AddRecordRequest{Name: fmt.Sprintf("upgrade-%d", i), Type: "TXT", Data: "v"}))
 			cancel()
@@ -151,7 +159,7 @@ func TestRollingUpgrade(t *testing.T) {
 			if err != nil {
 				atomic.AddInt64(&fig.refusedWrites, 1)
 				why := ""
-				if down.Load() == id {
+				if down.Load() == id || swaps[id].Load() != before {
 					// Sent before its replica was stopped: the stop
 					// cancels the call.
 					why = " " + stoppedMark
@@ -176,6 +184,7 @@ func TestRollingUpgrade(t *testing.T) {
 	newVersion := binVersion(t, corpusBin)
 	for _, id := range order {
 		down.Store(id)
+		swaps[id].Add(1)
 		g.swap(t, id, corpusBin)
 		g.waitRegistered(t, id, newVersion)
 		down.Store("")
