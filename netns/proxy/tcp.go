@@ -3,13 +3,14 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"corpus/internal/tcprelay"
 )
 
 // syncTCPListeners opens a listener for every route port without one and
@@ -120,23 +121,7 @@ func (p *Proxy) serveTCP(port int, c net.Conn) {
 	defer p.untrackTCP(up)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { copyHalf(up, c) })
-	copyHalf(c, up)
+	wg.Go(func() { tcprelay.CopyHalf(up, c) })
+	tcprelay.CopyHalf(c, up)
 	wg.Wait()
-}
-
-// copyHalf copies one direction. At the source's end of stream it passes
-// the half-close on, so the other direction can still finish; on an error
-// it closes both sides, which ends the other direction too.
-func copyHalf(dst, src net.Conn) {
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		src.Close()
-		return
-	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	dst.Close()
 }

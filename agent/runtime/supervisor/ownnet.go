@@ -3,7 +3,6 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"corpus/internal/tcprelay"
 )
 
 // A process of an image that listens on a port of its own (the port its
@@ -212,15 +213,20 @@ func startRelay(ln net.Listener, n ownNet) *relay {
 
 func (r *relay) serve() {
 	defer close(r.served)
+	var delay time.Duration
 	for {
 		c, err := r.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// Out of file descriptors and the like: back off, as
+			// net/http does, instead of spinning or giving up.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			time.Sleep(delay)
+			continue
 		}
+		delay = 0
 		r.back.Add(1)
 		go func() {
 			defer c.Close()
@@ -230,7 +236,7 @@ func (r *relay) serve() {
 				return // the client sees its connection closed
 			}
 			defer up.Close()
-			pipe(c.(*net.TCPConn), up.(*net.TCPConn), r.back.Done)
+			pipe(c, up, r.back.Done)
 		}()
 	}
 }
@@ -253,17 +259,15 @@ func (r *relay) close(d time.Duration) {
 }
 
 // pipe copies both ways between a client and the process until both
-// sides ended, passing on each half close; back is called once the
-// process's side is copied to the client.
-func pipe(client, proc *net.TCPConn, back func()) {
+// sides ended; back is called once the process's side is copied to the
+// client.
+func pipe(client, proc net.Conn, back func()) {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
 		defer back()
-		io.Copy(client, proc)
-		client.CloseWrite()
+		tcprelay.CopyHalf(client, proc)
 	}()
-	io.Copy(proc, client)
-	proc.CloseWrite()
+	tcprelay.CopyHalf(proc, client)
 	<-copied
 }
