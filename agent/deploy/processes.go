@@ -37,8 +37,9 @@ import (
 const settleOthers = time.Second
 
 // minUptime is how long a started process must stay up for its start to
-// count; web is checked meanwhile, so for a web process that takes longer
-// than this to answer it costs nothing.
+// count. web is checked meanwhile, and its good answer ends its wait
+// (supervisor.OpReady): only the processes nothing can ask (workers)
+// wait the whole of it.
 const minUptime = time.Second
 
 // envDir holds a project's release environments and run specs in its
@@ -261,8 +262,8 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 		}
 		say("       %s: %s", proc.Name, desc)
 	}
-	// The supervisor answers once every process stayed up minUptime; web
-	// is asked meanwhile.
+	// The supervisor answers once every process stayed up minUptime or,
+	// for web, answered its check, which runs meanwhile.
 	started := make(chan error, 1)
 	webCtx, cancelWeb := context.WithCancel(ctx)
 	defer cancelWeb()
@@ -286,7 +287,18 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 	}()
 	var webErr error
 	if r.port != 0 {
-		webErr = r.checkWeb(webCtx)
+		if webErr = r.checkWeb(webCtx); webErr == nil {
+			// web answered: its minimum uptime has no more to prove. A
+			// supervisor older than the ready operation refuses it and
+			// the start answers after the minimum as before.
+			res, err := p.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpReady, Project: project, ID: gen, Names: []string{"web"}})
+			if err == nil && res.Error != "" {
+				err = errors.New(res.Error)
+			}
+			if err != nil {
+				p.logger.Debug("marking web ready", "project", project, "generation", gen, "error", err)
+			}
+		}
 	}
 	if err := <-started; err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ type proc struct {
 	restarts int
 	started  time.Time
 	lastExit string
+	ready    bool // the caller's check passed (OpReady)
 }
 
 func (p *proc) loop() {

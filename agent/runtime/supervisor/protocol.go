@@ -68,6 +68,10 @@ const (
 	// OpFollow streams the processes' output (see journal.go): a
 	// FollowHeader line, then Record lines.
 	OpFollow = "follow"
+	// OpReady says the processes Names of generation ID of Project
+	// answered the caller's own check (web's health check): a start
+	// waiting out their MinUptime stops waiting for them.
+	OpReady = "ready"
 )
 
 // Process states.
@@ -123,6 +127,9 @@ type Generation struct {
 	Grace Duration `json:"grace"`
 	// MinUptime is how long each process must stay up for the start to
 	// succeed; a process that exits sooner fails it with its last output.
+	// A process the caller marks ready (OpReady) has proven itself
+	// sooner: the start answers once every process is ready or up
+	// MinUptime, and at once when one exits.
 	MinUptime Duration `json:"min_uptime"`
 }
 

@@ -119,6 +119,14 @@ func (s *Supervisor) Handle(req Request) Response {
 			}
 		}
 		return Response{Error: fmt.Sprintf("every port of %v is in use in the guest", req.Ports)}
+	case OpReady:
+		if req.Project == "" || req.ID == "" {
+			return Response{Error: "ready without a project and a generation"}
+		}
+		if !s.ready(req.Project, req.ID, req.Names) {
+			return Response{Error: fmt.Sprintf("no generation %s of %s runs", req.ID, req.Project)}
+		}
+		return Response{Version: s.Version}
 	case OpStop:
 		if req.Project == "" {
 			return Response{Error: "stop without a project"}
@@ -173,28 +181,74 @@ func (s *Supervisor) start(spec Generation) Response {
 	}
 	g := s.startLocked(spec)
 	s.gens[k] = g
+	procs := g.procs // a stop of some of them replaces the slice
 	if err := s.saveLocked(); err != nil {
 		s.Logger.Warn("saving state", "error", err)
 	}
 	s.mu.Unlock()
 
-	time.Sleep(time.Duration(spec.MinUptime))
-	for _, p := range g.procs {
-		p.mu.Lock()
-		failed, last, tail := p.restarts > 0 || p.state != StateRunning, p.lastExit, p.log.tail(spec.ID, p.spec.Name)
-		p.mu.Unlock()
-		if failed {
-			s.stop(spec.Project, spec.ID, nil)
-			if last == "" {
-				last = "it did not start"
-			}
-			return Response{
-				Error:  fmt.Sprintf("process %s exited within %s of its start (%s)", p.spec.Name, time.Duration(spec.MinUptime), last),
-				Output: tail,
-			}
+	if p, last, tail := settle(spec.ID, procs, time.Duration(spec.MinUptime)); p != nil {
+		s.stop(spec.Project, spec.ID, nil)
+		if last == "" {
+			last = "it did not start"
+		}
+		return Response{
+			Error:  fmt.Sprintf("process %s exited within %s of its start (%s)", p.spec.Name, time.Duration(spec.MinUptime), last),
+			Output: tail,
 		}
 	}
 	return Response{Version: s.Version, Processes: s.status(spec.Project)}
+}
+
+// settleTick is how often a start looks at its processes while they
+// settle.
+const settleTick = 10 * time.Millisecond
+
+// settle waits until every process of procs is marked ready or has been
+// up minUptime, and returns the first one that exited meanwhile, or was
+// still not running at the end (nil when none), with its last exit and
+// output.
+func settle(id string, procs []*proc, minUptime time.Duration) (failed *proc, last string, tail []string) {
+	deadline := time.Now().Add(minUptime)
+	for {
+		over := !time.Now().Before(deadline)
+		waiting := false
+		for _, p := range procs {
+			p.mu.Lock()
+			exited := p.restarts > 0 || p.lastExit != "" || (p.state != StateStarting && p.state != StateRunning)
+			late := over && !p.ready && p.state != StateRunning
+			ready, last := p.ready, p.lastExit
+			p.mu.Unlock()
+			if exited || late {
+				return p, last, p.log.tail(id, p.spec.Name)
+			}
+			waiting = waiting || !ready
+		}
+		if !waiting || over {
+			return nil, "", nil
+		}
+		time.Sleep(min(settleTick, time.Until(deadline)))
+	}
+}
+
+// ready marks the processes names (all when empty) of a generation
+// ready; false when no such generation runs.
+func (s *Supervisor) ready(project, id string, names []string) bool {
+	s.mu.Lock()
+	s.init()
+	g, ok := s.gens[key(project, id)]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	for _, p := range g.procs {
+		if len(names) == 0 || slices.Contains(names, p.spec.Name) {
+			p.mu.Lock()
+			p.ready = true
+			p.mu.Unlock()
+		}
+	}
+	return true
 }
 
 func specJSON(g Generation) string {

@@ -305,3 +305,57 @@ func TestStartInRoot(t *testing.T) {
 		t.Errorf("the process in its root said %q, want %q (chrooted with /dev, /proc and /tmp, in its folder, with PORT and the config)", got, want)
 	}
 }
+
+// TestReadyEndsMinUptime: a start waits out MinUptime only for the
+// processes nobody vouched for; an exit ends the wait at once.
+func TestReadyEndsMinUptime(t *testing.T) {
+	s, dir := newTest(t)
+	long := Duration(10 * time.Minute) // the test ends long before unless ready works
+	g := gen(dir, "r1", Process{Name: "web", Command: "exec sleep 600"}, Process{Name: "worker", Command: "exec sleep 600"})
+	g.MinUptime = long
+	answered := make(chan Response, 1)
+	go func() { answered <- s.Handle(Request{Op: OpStart, Generation: &g}) }()
+	waitFor(t, "both processes running", func() bool {
+		st := s.status("site")
+		return len(st) == 2 && st[0].State == StateRunning && st[1].State == StateRunning
+	})
+	if res := s.Handle(Request{Op: OpReady, Project: "site", ID: "r1", Names: []string{"web"}}); res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	select {
+	case res := <-answered:
+		t.Fatalf("the start answered with worker not ready nor up its minimum: %+v", res)
+	case <-time.After(3 * settleTick):
+	}
+	if res := s.Handle(Request{Op: OpReady, Project: "site", ID: "r1", Names: []string{"worker"}}); res.Error != "" {
+		t.Fatal(res.Error)
+	}
+	select {
+	case res := <-answered:
+		if res.Error != "" || len(res.Processes) != 2 {
+			t.Fatalf("start: %+v", res)
+		}
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("the start still waits with every process ready")
+	}
+	if res := s.Handle(Request{Op: OpReady, Project: "site", ID: "r9"}); !strings.Contains(res.Error, "no generation r9") {
+		t.Fatalf("ready for a generation that does not run: %+v", res)
+	}
+
+	// A process that exits fails the start when it exits, not at the end
+	// of the minimum.
+	bad := gen(dir, "r2", Process{Name: "web", Command: "exec sleep 600"}, Process{Name: "bad", Command: "sleep 0.1; exit 4"})
+	bad.MinUptime = long
+	go func() { answered <- s.Handle(Request{Op: OpStart, Generation: &bad}) }()
+	select {
+	case res := <-answered:
+		if !strings.Contains(res.Error, "process bad exited") || !strings.Contains(res.Error, "exit status 4") {
+			t.Fatalf("start of a process that exits: %+v", res)
+		}
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("the start waits out its minimum uptime after a process exited")
+	}
+	if st := s.status("site"); len(st) != 2 {
+		t.Fatalf("the failed start touched the running generation: %+v", st)
+	}
+}
