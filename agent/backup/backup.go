@@ -23,6 +23,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrCorrupt is returned when a kept backup no longer matches its
@@ -58,12 +60,23 @@ func (s *Store) path(id string) (string, error) {
 }
 
 // Writer receives one backup; Commit keeps it, Abort drops it.
+//
+// It writes behind: every flushEvery bytes it starts the kernel writing
+// them out and waits for the block before, so no more than two blocks
+// are ever dirty. Left to itself the kernel holds a backup of hundreds
+// of megabytes in memory and writes it all at the Commit's fsync, and a
+// database on the same disk then waits on that burst for each commit.
 type Writer struct {
-	f    *os.File
-	path string
-	h    hash.Hash
-	n    int64
+	f       *os.File
+	path    string
+	h       hash.Hash
+	n       int64
+	flushed int64 // bytes handed to writeback
+	waited  int64 // bytes known to be on disk
 }
+
+// flushEvery is the block a Writer hands to writeback at once.
+const flushEvery = 8 << 20
 
 // Create starts receiving backup id. A backup of that id kept already
 // stays until the new one is committed over it.
@@ -83,7 +96,27 @@ func (w *Writer) Write(b []byte) (int, error) {
 	n, err := w.f.Write(b)
 	w.h.Write(b[:n])
 	w.n += int64(n)
+	if w.n-w.flushed >= flushEvery {
+		w.writeBehind()
+	}
 	return n, err
+}
+
+// writeBehind starts writeback of what was written since the last call
+// and waits for the block before it, then drops that block from the page
+// cache (nothing reads a backup back soon, and the memory is the
+// services'). Errors are left for Commit's fsync to report: these calls
+// only pace the writing.
+func (w *Writer) writeBehind() {
+	fd := int(w.f.Fd())
+	_ = unix.SyncFileRange(fd, w.flushed, w.n-w.flushed, unix.SYNC_FILE_RANGE_WRITE)
+	if w.flushed > w.waited {
+		_ = unix.SyncFileRange(fd, w.waited, w.flushed-w.waited,
+			unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+		_ = unix.Fadvise(fd, w.waited, w.flushed-w.waited, unix.FADV_DONTNEED)
+		w.waited = w.flushed
+	}
+	w.flushed = w.n
 }
 
 // Sum is what was written so far: its size and SHA-256 (hex).

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func sum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
@@ -104,5 +107,61 @@ func TestPrune(t *testing.T) {
 	}
 	if err := s.Verify("aa11", 4, sum([]byte("kept"))); err != nil {
 		t.Errorf("the kept backup: %v", err)
+	}
+}
+
+// TestWriteBehind: a backup being received is written out as it comes,
+// not held in memory for the Commit's fsync. The first blocks of the
+// file are out of the page cache while the rest is still arriving,
+// which the kernel allows only for pages already on disk.
+func TestWriteBehind(t *testing.T) {
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary folder is a tmpfs, which has no writeback")
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Create("abcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	block := bytes.Repeat([]byte{7}, 1<<20)
+	for range 4 * flushEvery >> 20 {
+		if _, err := w.Write(block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.waited < 2*flushEvery {
+		t.Fatalf("%d of %d bytes known on disk; want the blocks but the last one or two", w.waited, w.n)
+	}
+	resident := func(off, n int64) int {
+		m, err := unix.Mmap(int(w.f.Fd()), off, int(n), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(m)
+		vec := make([]byte, (n+int64(os.Getpagesize())-1)/int64(os.Getpagesize()))
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			t.Fatal(e)
+		}
+		in := 0
+		for _, v := range vec {
+			in += int(v & 1)
+		}
+		return in
+	}
+	pages := flushEvery / os.Getpagesize()
+	if in := resident(0, flushEvery); in > pages/10 {
+		t.Errorf("%d of the first block's %d pages still in memory; want them written and dropped", in, pages)
+	}
+	if in := resident(w.n-flushEvery/2, flushEvery/2); in == 0 {
+		t.Errorf("the last pages written are not in memory: the check cannot tell written from dropped")
 	}
 }
