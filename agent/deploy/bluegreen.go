@@ -170,7 +170,7 @@ func (d *deploy) blueGreen() error {
 		if err != nil {
 			return false, fmt.Errorf("moving the domains: %w", err)
 		}
-		d.gen.moved = true
+		d.gen.markMoved()
 		d.say("       every domain -> %s; %s stands by (corpus switch back %s)", d.name(), d.serving(), d.project)
 		return false, d.gen.waitMoved()
 	})

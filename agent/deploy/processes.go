@@ -184,11 +184,13 @@ type rollout struct {
 	// settle is how long the old web keeps getting nothing new before it
 	// is retired: other nodes' proxies balance over the environment's
 	// instances too, and hear of the new port a moment later than this
-	// node's.
+	// node's. It counts from movedAt, so a deploy's roll through the
+	// other instances spends it.
 	settle  time.Duration
-	port    int   // web's new port, 0 without web
-	oldPort int32 // the port the routes had
-	moved   bool  // the routes point at port
+	port    int       // web's new port, 0 without web
+	oldPort int32     // the port the routes had
+	moved   bool      // the routes point at port
+	movedAt time.Time // when they were pointed there
 	say     func(format string, args ...any)
 	// names limits retireOthers to these process types (a restart of
 	// some); nil retires whole generations.
@@ -372,9 +374,12 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	if err := r.p.setWebPort(ctx, r.project, r.env, r.instance, int32(r.port)); err != nil {
 		return fmt.Errorf("pointing the routes at port %d: %w", r.port, err)
 	}
-	r.moved = true
+	r.markMoved()
 	return r.waitMoved()
 }
+
+// markMoved records that the routes point at the new port from now.
+func (r *rollout) markMoved() { r.moved, r.movedAt = true, time.Now() }
 
 // waitMoved waits until this node's proxy sends new requests to the new
 // web port rather than the old one.
@@ -419,8 +424,8 @@ func (p *Pipeline) proxyTargets(target string) bool {
 // of release standby, which stands by (a blue-green deploy's release
 // before), keep running and serving.
 func (r *rollout) retireOthers(ctx context.Context, standby string) {
-	if r.moved && r.settle > 0 && standby == "" {
-		time.Sleep(r.settle)
+	if r.moved && standby == "" {
+		time.Sleep(r.settle - time.Since(r.movedAt)) // none when spent
 	}
 	if r.moved && r.p.proxy != nil && standby == "" {
 		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
