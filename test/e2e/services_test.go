@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -479,22 +480,10 @@ func TestServiceMariaDBAndRedis(t *testing.T) {
 // operator's template asks for a package Debian does not have (the
 // image build fails; so it did on a host without the debian template).
 func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
-	dir := filepath.Join(tempDir(t), "templates", "kv")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{
+	templates := operatorTemplate(t, "kv", map[string]string{
 		"service.yaml": "name: kv\nversions: [\"1\"]\nimage: debian/bookworm\npackages: [corpus-no-such-package]\nport: 6379\nvolume: {path: /srv/data}\n",
-		"setup":        "#!/bin/sh\nexit 0\n",
-		"start":        "#!/bin/sh\nexec sleep 1000000\n",
-		"health":       "#!/bin/sh\nexit 0\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := newCluster(t, "--service-templates", filepath.Dir(dir))
+	})
+	c := newCluster(t, "--service-templates", templates)
 	a := c.addAgent("n1")
 	c.mustCLI("service", "create", "kv", "--template", "kv", "--size", "64M")
 	// The build's progress (the guest's message) keeps the wait going.
@@ -525,4 +514,64 @@ func TestServiceSaysWhyItsGuestCannotRun(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServiceBackupYields: a service's backup runs with a lower CPU
+// priority than the server it dumps, so the service's clients come
+// first. An operator's template on busybox whose backup is its own
+// niceness, exported.
+func TestServiceBackupYields(t *testing.T) {
+	templates := operatorTemplate(t, "nicety", map[string]string{
+		"service.yaml": "name: nicety\nversions: [\"1\"]\nimage: busybox\nport: 7000\nvolume: {path: /srv/data}\n",
+		"backup":       "#!/bin/sh\ncut -d' ' -f19 /proc/$$/stat\n", // nice, the 19th field
+	})
+	c := newCluster(t, "--service-templates", templates)
+	c.addAgent("n1")
+	c.mustCLI("service", "create", "nc", "--template", "nicety", "--size", "64M", "--memory", "64M")
+	c.waitHealthy("nc", 2*time.Minute)
+	if out := c.mustCLI("service", "backup", "nc"); !strings.Contains(out, "done: backup") {
+		t.Fatalf("service backup:\n%s", out)
+	}
+	var backups struct {
+		Backups []struct {
+			Backup struct {
+				ID string `json:"id"`
+			} `json:"backup"`
+		} `json:"backups"`
+	}
+	if err := c.json(&backups, "service", "backups", "nc"); err != nil || len(backups.Backups) != 1 {
+		t.Fatalf("service backups: %v, %+v", err, backups)
+	}
+	file := filepath.Join(tempDir(t), "nc.dump")
+	c.mustCLI("service", "export", backups.Backups[0].Backup.ID, "-o", file)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "10" {
+		t.Errorf("the backup script ran with niceness %q, want 10", got)
+	}
+}
+
+// operatorTemplate writes an operator's service template of name with
+// files (setup, start and health that do nothing, unless files has its
+// own) and returns the folder to give --service-templates.
+func operatorTemplate(t *testing.T, name string, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(tempDir(t), "templates", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]string{
+		"setup":  "#!/bin/sh\nexit 0\n",
+		"start":  "#!/bin/sh\nexec sleep 1000000\n",
+		"health": "#!/bin/sh\nexit 0\n",
+	}
+	maps.Copy(all, files)
+	for file, body := range all {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Dir(dir)
 }
