@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,24 @@ func TestSnapshotScale(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	// The scheduler places the guests (and gives them their addresses)
+	// after they are made: the snapshot is of placed guests, each in its
+	// DNS. (The projects' guests ask for disk the nodes do not report,
+	// and stay pending.)
+	for waited := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		unplaced := 0
+		for _, g := range s.Store().Read().Guests() {
+			if g.Address == "" && strings.HasPrefix(g.Name, "g") {
+				unplaced++
+			}
+		}
+		if unplaced == 0 {
+			break
+		}
+		if time.Since(waited) > time.Minute {
+			t.Fatalf("%d guests still have no address after a minute", unplaced)
+		}
 	}
 	start := time.Now()
 	path, h := saveSnapshot(t, s, snapSecret)
