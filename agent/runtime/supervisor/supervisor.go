@@ -237,11 +237,15 @@ func (s *Supervisor) ready(project, id string, names []string) bool {
 	s.mu.Lock()
 	s.init()
 	g, ok := s.gens[key(project, id)]
+	var procs []*proc
+	if ok {
+		procs = g.procs // a stop of some of them replaces the slice
+	}
 	s.mu.Unlock()
 	if !ok {
 		return false
 	}
-	for _, p := range g.procs {
+	for _, p := range procs {
 		if len(names) == 0 || slices.Contains(names, p.spec.Name) {
 			p.mu.Lock()
 			p.ready = true
