@@ -50,6 +50,11 @@ func (m *Manager) find(service string) (*worker, drivers.Driver, error) {
 	return w, d, nil
 }
 
+// backupNice is the niceness a backup script runs with: a dump shares
+// the guest's CPU with the clients the service serves meanwhile, and
+// they come first.
+const backupNice = 10
+
 // Dump runs the template's backup script in the service's guest, its
 // output to w; it returns the dump's size and SHA-256 (hex).
 func (m *Manager) Dump(ctx context.Context, service string, w io.Writer) (int64, string, error) {
@@ -63,7 +68,7 @@ func (m *Manager) Dump(ctx context.Context, service string, w io.Writer) (int64,
 	}
 	start := time.Now()
 	c := backup.NewCounter(w)
-	out, err := wk.script(ctx, d, "backup", nil, c)
+	out, err := wk.script(ctx, d, "backup", backupNice, nil, c)
 	if err != nil {
 		return 0, "", fmt.Errorf("backup of %s: %s", service, lastLine(out, err))
 	}
@@ -100,7 +105,7 @@ func (m *Manager) Load(ctx context.Context, service string, r io.Reader, size in
 			return "", fmt.Errorf("stopping the server for the restore: %w", err)
 		}
 	}
-	out, err := wk.script(ctx, d, "restore", spool, nil)
+	out, err := wk.script(ctx, d, "restore", 0, spool, nil)
 	if t.RestoreOffline {
 		// Whatever the restore did, the server runs again.
 		if serr := wk.startServer(context.WithoutCancel(ctx), d); serr != nil {

@@ -258,7 +258,7 @@ func (w *worker) step(ctx context.Context) time.Duration {
 		return min(time.Duration(w.failures)*5*time.Second, time.Minute)
 	}
 	w.failures = 0
-	out, err := w.script(ctx, d, "health", nil, nil)
+	out, err := w.script(ctx, d, "health", 0, nil, nil)
 	switch {
 	case err == nil:
 		w.healthy = time.Now()
@@ -371,7 +371,7 @@ func (w *worker) install(ctx context.Context, d drivers.Driver) error {
 	if err := w.stopServer(ctx, d); err != nil {
 		return err
 	}
-	if out, err := w.script(ctx, d, "setup", nil, nil); err != nil {
+	if out, err := w.script(ctx, d, "setup", 0, nil, nil); err != nil {
 		return fmt.Errorf("setup: %s", lastLine(out, err))
 	}
 	if err := w.startServer(ctx, d); err != nil {
@@ -418,22 +418,17 @@ func (w *worker) stopServer(ctx context.Context, d drivers.Driver) error {
 	return nil
 }
 
-// backupNice is the niceness a backup script runs with.
-const backupNice = 10
-
 // script runs one of the template's scripts in the guest with the
-// service's environment.
-// stdout, when given, takes the script's output (its errors are
+// service's environment, at niceness nice (0: as the guest's exec runs
+// it). stdout, when given, takes the script's output (its errors are
 // returned).
-func (w *worker) script(ctx context.Context, d drivers.Driver, name string, stdin io.Reader, stdout io.Writer) ([]byte, error) {
+func (w *worker) script(ctx context.Context, d drivers.Driver, name string, nice int, stdin io.Reader, stdout io.Writer) ([]byte, error) {
 	var out bytes.Buffer
 	argv := []string{"sh", Dir + "/" + name}
-	if name == "backup" {
-		// A dump shares the guest's CPU with the clients the service
-		// serves meanwhile: they come first. renice is in busybox and
-		// in Debian's essential packages; an image without it runs
-		// the dump as it is.
-		argv = []string{"sh", "-c", `renice -n ` + strconv.Itoa(backupNice) + ` -p $$ >/dev/null 2>&1; exec sh "$1"`, "sh", Dir + "/" + name}
+	if nice != 0 {
+		// renice is in busybox and in Debian's essential packages; an
+		// image without it runs the script as it is.
+		argv = []string{"sh", "-c", `renice -n ` + strconv.Itoa(nice) + ` -p $$ >/dev/null 2>&1; exec sh "$1"`, "sh", Dir + "/" + name}
 	}
 	req := drivers.ExecRequest{Argv: argv, Env: w.rt.Env, Dir: "/", Stdin: stdin, Stdout: &out, Stderr: &out}
 	if stdout != nil {
