@@ -97,8 +97,12 @@ type Driver struct {
 	rest   *rest.Config
 	logger *slog.Logger
 	// nsReady is set once the namespace is known to exist, and cleared
-	// when a write finds it gone.
+	// when a write finds it gone. nsMu lets one caller make it while the
+	// others wait: at an agent's start every guest's worker asks at once,
+	// and each asking the API server would spend the client's rate limit
+	// on the same two requests before any guest's own.
 	nsReady atomic.Bool
+	nsMu    sync.Mutex
 
 	capMu   sync.Mutex
 	capLast drivers.Capacity
@@ -241,6 +245,11 @@ func (d *Driver) readCapacity(ctx context.Context) (drivers.Capacity, error) {
 func (d *Driver) ensureNamespace(ctx context.Context) error {
 	if d.nsReady.Load() {
 		return nil
+	}
+	d.nsMu.Lock()
+	defer d.nsMu.Unlock()
+	if d.nsReady.Load() {
+		return nil // made while this caller waited
 	}
 	_, err := d.client.CoreV1().Namespaces().Get(ctx, d.ns, metav1.GetOptions{})
 	switch {

@@ -153,6 +153,7 @@ func (e *env) inspect(name string) drivers.GuestStatus {
 func TestDriver(t *testing.T) {
 	c := k8stest.Start(t)
 
+	t.Run("namespace once", func(t *testing.T) { t.Parallel(); testNamespaceOnce(t, c) })
 	t.Run("create", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, c, "create")
