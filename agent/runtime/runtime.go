@@ -116,9 +116,12 @@ func run(ctx context.Context, x Execer, guest string, stdin io.Reader, argv ...s
 }
 
 // Ensure installs the supervisor in the guest when it is missing or
-// another build, and starts it when it is not running.
+// another build, and starts it when it is not running. Where the binary
+// is in place (every deploy but a guest's first), one exec looks and
+// starts it.
 func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
-	if err := r.Install(ctx, x, guest); err != nil {
+	started, err := r.place(ctx, x, guest, true)
+	if err != nil || started {
 		return err
 	}
 	if _, err := run(ctx, x, guest, nil, supervisor.Binary, "start"); err != nil {
@@ -131,27 +134,96 @@ func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
 // another build, without starting it (corpus-supervisor tty needs only
 // the binary).
 func (r *Runtime) Install(ctx context.Context, x Execer, guest string) error {
+	_, err := r.place(ctx, x, guest, false)
+	return err
+}
+
+// lookScript prints "absent" unless the binary ($1) has sha256 $2; when
+// it has and $3 is "start", it starts it.
+const lookScript = `sum=$(sha256sum "$1" 2>/dev/null) && [ "${sum%% *}" = "$2" ] || { echo absent; exit 0; }
+[ "$3" = start ] || exit 0
+exec "$1" start`
+
+// place makes sure the guest holds this host's supervisor binary and,
+// with start, starts it where that came at no extra exec; started says
+// whether it did.
+func (r *Runtime) place(ctx context.Context, x Execer, guest string, start bool) (started bool, err error) {
 	defer r.installs.Lock(guest)()
 	want, err := r.binaryHash()
 	if err != nil {
-		return err
+		return false, err
 	}
-	out, err := run(ctx, x, guest, nil, "sh", "-c", `sha256sum "$1" 2>/dev/null || true`, "sh", supervisor.Binary)
+	startArg := ""
+	if start {
+		startArg = "start"
+	}
+	out, err := run(ctx, x, guest, nil, "sh", "-c", lookScript, "sh", supervisor.Binary, want, startArg)
 	if err != nil {
-		return fmt.Errorf("looking for the supervisor in guest %s: %w", guest, err)
-	}
-	if f := strings.Fields(string(out)); len(f) == 0 || f[0] != want {
-		if err := r.install(ctx, x, guest, want); err != nil {
-			return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
+		if start {
+			return false, fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
 		}
+		return false, fmt.Errorf("looking for the supervisor in guest %s: %w", guest, err)
 	}
-	return nil
+	if strings.TrimSpace(string(out)) != "absent" {
+		return start, nil
+	}
+	if streams(x) {
+		err = r.installStream(ctx, x, guest, want, startArg)
+	} else {
+		start = false
+		err = r.install(ctx, x, guest, want)
+	}
+	if err != nil {
+		return false, fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
+	}
+	return start, nil
 }
 
-// installChunk is how much of the (gzipped) binary one exec carries: a
-// VM's guest agent takes a command's input in one JSON message, which it
-// parses slowly under emulation; small messages keep each call short.
+// installStreamScript writes its input to $1, checks it has sha256 $3,
+// moves it to $2, and starts it when $4 is "start".
+const installStreamScript = `set -e
+mkdir -p "${1%/*}"
+cat > "$1"
+sum=$(sha256sum "$1")
+if [ "${sum%% *}" != "$3" ]; then
+  rm -f "$1"
+  echo "the copy in the guest does not match (sha256 ${sum%% *}, want $3)" >&2
+  exit 1
+fi
+chmod 755 "$1"
+mv -f "$1" "$2"
+[ "$4" = start ] || exit 0
+exec "$2" start`
+
+// installStream copies the binary into the guest in one exec, as it is
+// (where the exec streams, a pipe to the guest costs less than the
+// guest's gunzip), checks and moves it in place, and starts it with
+// start "start".
+func (r *Runtime) installStream(ctx context.Context, x Execer, guest, want, start string) error {
+	f, err := os.Open(r.Binary)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = run(ctx, x, guest, f, "sh", "-c", installStreamScript, "sh", supervisor.Binary+".new", supervisor.Binary, want, start)
+	return err
+}
+
+// installChunk is how much of the (gzipped) binary one exec carries
+// where the driver's exec does not stream: a VM's guest agent takes a
+// command's input in one JSON message, which it parses slowly under
+// emulation; small messages keep each call short. Where it streams (LXC,
+// Kubernetes), one exec carries all of it (installStream): 27 execs of
+// 64 KiB each were most of a new instance's start when nine started at
+// once.
 const installChunk = 64 << 10
+
+// streams says whether x's exec takes its input as a stream
+// (drivers.Capabilities.ExecStreams).
+func streams(x Execer) bool {
+	c, ok := x.(interface{ Capabilities() drivers.Capabilities })
+	return ok && c.Capabilities().ExecStreams
+}
 
 // gzipped is the supervisor binary, compressed once (about half its size:
 // fewer chunks to send).
@@ -172,24 +244,16 @@ func (r *Runtime) gzipped() ([]byte, error) {
 	return r.gz, r.gzErr
 }
 
-// install copies the supervisor into the guest in chunks, checks what
-// arrived and only then puts it in place.
+// install copies the supervisor into the guest installChunk at a time
+// (gzipped: fewer chunks), checks what arrived and only then puts it in
+// place.
 func (r *Runtime) install(ctx context.Context, x Execer, guest, want string) error {
 	gz, err := r.gzipped()
 	if err != nil {
 		return err
 	}
 	tmp := supervisor.Binary + ".new"
-	if _, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; mkdir -p "${1%/*}"; : > "$1.gz"`, "sh", tmp); err != nil {
-		return err
-	}
-	for off := 0; off < len(gz); off += installChunk {
-		chunk := gz[off:min(off+installChunk, len(gz))]
-		if _, err := run(ctx, x, guest, bytes.NewReader(chunk), "sh", "-c", `cat >> "$1.gz"`, "sh", tmp); err != nil {
-			return err
-		}
-	}
-	out, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; gzip -dc "$1.gz" > "$1"; rm -f "$1.gz"; sha256sum "$1"`, "sh", tmp)
+	out, err := r.installChunks(ctx, x, guest, tmp, gz)
 	if err != nil {
 		return err
 	}
@@ -198,6 +262,21 @@ func (r *Runtime) install(ctx context.Context, x Execer, guest, want string) err
 	}
 	_, err = run(ctx, x, guest, nil, "sh", "-c", `chmod 755 "$1" && mv -f "$1" "$2"`, "sh", tmp, supervisor.Binary)
 	return err
+}
+
+// installChunks writes gz to tmp in the guest installChunk at a time,
+// unpacks it there and returns the sha256sum line of the result.
+func (r *Runtime) installChunks(ctx context.Context, x Execer, guest, tmp string, gz []byte) ([]byte, error) {
+	if _, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; mkdir -p "${1%/*}"; : > "$1.gz"`, "sh", tmp); err != nil {
+		return nil, err
+	}
+	for off := 0; off < len(gz); off += installChunk {
+		chunk := gz[off:min(off+installChunk, len(gz))]
+		if _, err := run(ctx, x, guest, bytes.NewReader(chunk), "sh", "-c", `cat >> "$1.gz"`, "sh", tmp); err != nil {
+			return nil, err
+		}
+	}
+	return run(ctx, x, guest, nil, "sh", "-c", `set -e; gzip -dc "$1.gz" > "$1"; rm -f "$1.gz"; sha256sum "$1"`, "sh", tmp)
 }
 
 // Boot is how a guest whose driver runs an image's command starts its

@@ -14,6 +14,7 @@ package testrun
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,4 +194,33 @@ func WriteExecutable(path string, data []byte) error {
 	syscall.ForkLock.RLock()
 	defer syscall.ForkLock.RUnlock()
 	return os.WriteFile(path, data, 0o755)
+}
+
+// BusyboxRoot makes a root folder for chroot, dir/rootfs, with the
+// folders named and the host's static busybox as /bin/busybox; it skips
+// the test without root (chroot) or that busybox (busybox-static).
+func BusyboxRoot(t interface {
+	TB
+	Skip(args ...any)
+	Skipf(format string, args ...any)
+	Fatal(args ...any)
+}, dir string, folders ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (chroot)")
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("skipping: needs the host's static busybox (busybox-static): %v", err)
+	}
+	root := filepath.Join(dir, "rootfs")
+	for _, d := range append(folders, "bin") {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteExecutable(filepath.Join(root, "bin", "busybox"), bb); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }

@@ -30,30 +30,6 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return found
 }
 
-// busyboxTree makes an image's tree, dir/rootfs, with the folders named
-// and the host's static busybox as /bin/busybox; it skips the test
-// without root (chroot) or that busybox.
-func busyboxTree(t *testing.T, dir string, folders ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (chroot, a mount namespace)")
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Skipf("skipping: needs the host's static busybox (busybox-static): %v", err)
-	}
-	root := filepath.Join(dir, "rootfs")
-	for _, d := range append(folders, "bin") {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := testrun.WriteExecutable(filepath.Join(root, "bin", "busybox"), bb); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // TestImageProcessMounts: a process of an image's tree (a generation
 // with Root), run as the image's user, finds /proc (its own
 // /proc/self), /dev with null and urandom, and /tmp there though the
@@ -61,7 +37,7 @@ func busyboxTree(t *testing.T, dir string, folders ...string) string {
 // this one never sees them, and none is left once it stopped.
 func TestImageProcessMounts(t *testing.T) {
 	s, dir := newTest(t)
-	root := busyboxTree(t, dir, "out")
+	root := testrun.BusyboxRoot(t, dir, "out")
 	t.Cleanup(func() {
 		if left := mountsUnder(t, root); len(left) > 0 {
 			t.Errorf("mounts left under the image's tree: %v", left)

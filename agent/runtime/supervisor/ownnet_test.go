@@ -89,7 +89,7 @@ func TestImageOwnNetwork(t *testing.T) {
 echo "$GEN PORT=$PORT $($bb wget -q -O - http://` + ln.Addr().String() + `/)" > /www/index.html
 exec $bb httpd -f -p 8080 -h /www`
 	for i, name := range []string{"r1", "r2"} {
-		root := busyboxTree(t, filepath.Join(dir, name), "www")
+		root := testrun.BusyboxRoot(t, filepath.Join(dir, name), "www")
 		g := gen(dir, name, Process{Name: "web", Command: "httpd on 8080", Argv: []string{"/bin/busybox", "sh", "-c", script},
 			Port: 5000 + i, InnerPort: 8080})
 		g.Root, g.Dir, g.EnvFile = root, "/", filepath.Join(dir, name+".env")
@@ -177,7 +177,7 @@ func TestOwnNetworkDrains(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	root := busyboxTree(t, dir)
+	root := testrun.BusyboxRoot(t, dir)
 	body := make([]byte, 8<<20)
 	rand.Read(body)
 	if err := os.WriteFile(filepath.Join(root, "big"), body, 0o644); err != nil {

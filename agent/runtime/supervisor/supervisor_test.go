@@ -289,7 +289,7 @@ func TestFreePort(t *testing.T) {
 // folder of the root, with the environment file read from outside it.
 func TestStartInRoot(t *testing.T) {
 	s, dir := newTest(t)
-	root := busyboxTree(t, dir, "www")
+	root := testrun.BusyboxRoot(t, dir, "www")
 	env := filepath.Join(dir, "env.json")
 	os.WriteFile(env, []byte(`{"GREETING":"from the config"}`), 0o600)
 	g := gen("/www", "r1", Process{Name: "web", Command: "busybox sh (image)", Port: 8123,

@@ -1,0 +1,147 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"corpus/agent/runtime/supervisor"
+	"corpus/drivers"
+	"corpus/internal/testrun"
+)
+
+// chrootExec runs a guest's commands in a busybox root folder of the
+// host (chroot), recording how much input each took.
+type chrootExec struct {
+	root   string
+	inputs []int // bytes of input of each exec
+}
+
+func (c *chrootExec) Exec(ctx context.Context, _ string, req drivers.ExecRequest) (int, error) {
+	var in []byte
+	if req.Stdin != nil {
+		var err error
+		if in, err = io.ReadAll(req.Stdin); err != nil {
+			return 0, err
+		}
+	}
+	c.inputs = append(c.inputs, len(in))
+	cmd := exec.CommandContext(ctx, "chroot", append([]string{c.root}, req.Argv...)...)
+	cmd.Env = []string{"PATH=/bin"}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), req.Stdout, req.Stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
+}
+
+// streamingExec is a chrootExec whose driver streams exec input (LXC,
+// Kubernetes).
+type streamingExec struct{ *chrootExec }
+
+func (streamingExec) Capabilities() drivers.Capabilities {
+	return drivers.Capabilities{Exec: true, ExecStreams: true}
+}
+
+// TestInstall puts a supervisor binary into a guest and starts it
+// (Ensure) through a driver whose exec streams its input (one exec
+// carries all of it, and starts it) and through one whose exec does not
+// (a VM's guest agent: installChunk at a time); once the binary is in
+// place, Ensure is one exec and Install looks only.
+func TestInstall(t *testing.T) {
+	// A script that says it started, then bytes gzip cannot shrink below
+	// four chunks, which the shell never reads.
+	bin := []byte("#!/bin/sh\n[ \"$1\" = start ] && echo started >> /started\nexit 0\n")
+	noise := make([]byte, 3*installChunk+1000)
+	rand.Read(noise)
+	bin = append(bin, noise...)
+	src := filepath.Join(t.TempDir(), "corpus-supervisor")
+	if err := os.WriteFile(src, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		execs  int // of a first Ensure
+	}{{"streaming", true, 2}, {"chunked", false, 9}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := testrun.BusyboxRoot(t, t.TempDir(), "dev")
+			if err := unix.Mknod(filepath.Join(root, "dev/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("chroot", root, "/bin/busybox", "--install", "-s", "/bin").CombinedOutput(); err != nil {
+				t.Fatalf("busybox --install: %v: %s", err, out)
+			}
+			c := &chrootExec{root: root}
+			var x Execer = c
+			if tc.stream {
+				x = streamingExec{c}
+			}
+			starts := func() int {
+				b, _ := os.ReadFile(filepath.Join(root, "started"))
+				return bytes.Count(b, []byte("started"))
+			}
+			r := &Runtime{Binary: src}
+			ctx := context.Background()
+			if err := r.Ensure(ctx, x, "g"); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(root, supervisor.Binary))
+			if err != nil || !bytes.Equal(got, bin) {
+				t.Fatalf("installed binary: %d bytes, %v; want the %d bytes given", len(got), err, len(bin))
+			}
+			if fi, _ := os.Stat(filepath.Join(root, supervisor.Binary)); fi.Mode().Perm() != 0o755 {
+				t.Errorf("installed binary mode %v, want 0755", fi.Mode().Perm())
+			}
+			if n := starts(); n != 1 {
+				t.Errorf("Ensure started the supervisor %d times, want 1", n)
+			}
+			if n := len(c.inputs); n != tc.execs {
+				t.Errorf("a first Ensure took %d execs (inputs %v), want %d", n, c.inputs, tc.execs)
+			}
+			for _, n := range c.inputs {
+				if !tc.stream && n > installChunk {
+					t.Errorf("an exec carried %d bytes, more than a chunk (%d)", n, installChunk)
+				}
+			}
+			before := len(c.inputs)
+			if err := r.Ensure(ctx, x, "g"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Install(ctx, x, "g"); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(c.inputs) - before; n != 2 || starts() != 2 {
+				t.Errorf("Ensure then Install with the binary in place: %d execs and %d starts in all, want 1 exec each and 2 starts", n, starts())
+			}
+			// Another build in the guest is replaced.
+			if err := os.WriteFile(filepath.Join(root, supervisor.Binary), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Install(ctx, x, "g"); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(root, supervisor.Binary)); !bytes.Equal(got, bin) {
+				t.Errorf("Install over another build left %d bytes, want the %d given", len(got), len(bin))
+			}
+			// A copy that does not arrive whole is not put in place.
+			bad := &Runtime{Binary: src}
+			bad.once.Do(func() { bad.hash = strings.Repeat("0", 64) })
+			if err := bad.Install(ctx, x, "g"); err == nil || !strings.Contains(err.Error(), "does not match") {
+				t.Errorf("Install of a copy with another sum = %v, want it refused", err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(root, supervisor.Binary)); !bytes.Equal(got, bin) {
+				t.Errorf("a refused copy replaced the binary in place")
+			}
+		})
+	}
+}
