@@ -312,12 +312,21 @@ func TestShell(t *testing.T) {
 // job and a foreground one in it, kills the client by its PID, and checks
 // that nothing of the session stays in the guest (the shell, its jobs),
 // that the agent closed the session's terminal and that the audit log
-// says the session ended, once.
+// says the session ended, once. No other session may be open.
 func (l *deployLab) killedLoginShell(what string, open func() *termSession) {
 	t := l.t
 	t.Helper()
 	agent := l.a.proc.cmd.Process.Pid
-	held := ptyMains(agent)
+	// The session before ended when its client did; the agent closes its
+	// terminal a moment later, and counted meanwhile it would be taken
+	// for one that stays open.
+	const held = 0
+	eventually(t, 15*time.Second, what+": the terminals of the sessions before closed", func() error {
+		if n := ptyMains(agent); n != held {
+			return fmt.Errorf("the agent holds %d terminals", n)
+		}
+		return nil
+	})
 	ended := strings.Count(l.c.mustCLI("audit", "--json"), "ended after")
 	s := open()
 	s.send("echo shell=$((1000+$$)); sleep 4331 &\r")
