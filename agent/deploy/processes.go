@@ -334,6 +334,10 @@ func (r *rollout) checkWeb(ctx context.Context) error {
 	return nil
 }
 
+// healthPause is the longest pause between two asks of a web process
+// that does not answer yet.
+const healthPause = 100 * time.Millisecond
+
 // errNoAnswer: a web process gave no good answer in time.
 var errNoAnswer = errors.New("no good answer")
 
@@ -342,6 +346,9 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept fun
 	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	deadline := time.Now().Add(timeout)
 	var last string
+	// A process just started answers within milliseconds, or takes
+	// seconds: ask again soon at first, then every pause at most.
+	wait := 10 * time.Millisecond
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -361,7 +368,8 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept fun
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return "", fmt.Errorf("GET %s: %s (%w within %s)", url, last, errNoAnswer, timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(wait)
+		wait = min(2*wait, healthPause)
 	}
 }
 
