@@ -263,8 +263,71 @@ func TestScale(t *testing.T) {
 	if len(e.Instances) != 0 || v.GuestByName("site-dev-2").GetDesiredState() != state.DesiredDeleted || v.GuestByName("site-dev-3").GetDesiredState() != state.DesiredDeleted {
 		t.Errorf("after scaling down: %v, %v", e, v.GuestByName("site-dev-2"))
 	}
+	scaleUpAgain(t, s, nodes)
+
 	audit, err := ops.audit.ListAudit(ctx, connect.NewRequest(&corpusv1.ListAuditRequest{Action: "scale_env"}))
 	if err != nil || len(audit.Msg.Entries) < 2 || !strings.Contains(audit.Msg.Entries[len(audit.Msg.Entries)-1].Target+audit.Msg.Entries[0].Target, "web=3 worker=1") {
 		t.Errorf("audit of scale_env = %v, %v", audit, err)
+	}
+}
+
+// scaleUpAgain scales site/dev, just scaled down to one instance, up to
+// three again: the new instances 2 and 3 take the names of guests and
+// volumes (--shared-nothing) still being deleted on their nodes, so the
+// scale waits for those to go, says why when it may wait no longer, and
+// makes them once their nodes report them gone.
+func scaleUpAgain(t *testing.T, s *server, nodes map[string]*agent) {
+	ctx := context.Background()
+	ops := s.ops()
+	up := &corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 3, "worker": 1}}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := ops.project.Scale(short, connect.NewRequest(up))
+	cancel()
+	if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "still being deleted on its node") {
+		t.Fatalf("scaling up while the instances removed before are being deleted, within 300ms = %v; want Unavailable saying why", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ops.project.Scale(ctx, connect.NewRequest(up))
+		done <- err
+	}()
+	v := s.Store().Read()
+	old := map[string]string{}
+	for _, name := range []string{"site-dev-2", "site-dev-3"} {
+		g := v.GuestByName(name)
+		if g.GetDesiredState() != state.DesiredDeleted || v.Volume(name) == nil {
+			t.Fatalf("instance %s after the scale-down: guest %v, volume %v; want both there, the guest being deleted", name, g, v.Volume(name))
+		}
+		old[name] = g.Id
+		n := nodes[v.Node(g.NodeId).Name]
+		// The guest goes first; its volume, released then, after.
+		n.report(t, &corpusv1.ReportedGuest{GuestId: g.Id, Observed: &corpusv1.GuestObserved{State: state.ObservedDeleted}})
+		vol := s.Store().Read().Volume(name)
+		if vol.GetDesiredState() != state.VolumeDeleted || vol.GetGuestId() != "" {
+			t.Fatalf("volume %s once its guest is gone: %v; want it being deleted", name, vol)
+		}
+		_, err := n.agent.Report(ctx, connect.NewRequest(&corpusv1.ReportRequest{
+			Capacity: capacity(), Drivers: drivers(), AgentAddress: n.address, AgentVersion: "test",
+			Volumes: []*corpusv1.ReportedVolume{{VolumeId: vol.Id, Observed: &corpusv1.VolumeObserved{State: state.ObservedDeleted}}},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("scaling up once the old instances were gone = %v", err)
+		}
+	case <-time.After(testrun.D(20 * time.Second)):
+		t.Fatal("the scale did not end once the old instances were gone")
+	}
+	v = s.Store().Read()
+	e := corpusv1.EnvNamed(v.Project("site"), "dev")
+	for i, name := range []string{"site-dev-2", "site-dev-3"} {
+		g := v.GuestByName(name)
+		if len(e.Instances) != 2 || e.Instances[i].GuestName != name || g == nil || g.Id == old[name] || v.VolumeOfGuest(g.Id) == nil {
+			t.Errorf("instance %s after scaling up again: %v, guest %v; want a new guest with a volume of its own", name, e.Instances, g)
+		}
 	}
 }

@@ -48,6 +48,11 @@ func (s *Service) Scale(ctx context.Context, req *connect.Request[corpusv1.Scale
 		return nil, api.ToConnect(api.Invalidf("--max-parallel %d: at most %d", m.MaxParallel, state.MaxInstances))
 	}
 	cmd, changed, err := scaleCommand(view, p, e, m.Counts, m.SharedNothing, m.MaxParallel)
+	if errors.Is(err, errLeftover) {
+		// Scaled up right after a scale-down: what the removed
+		// instances left is being deleted on its node, within seconds.
+		cmd, changed, err = s.awaitLeftovers(ctx, p.Name, e.Name, m)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +81,55 @@ func (s *Service) Scale(ctx context.Context, req *connect.Request[corpusv1.Scale
 	}
 	view = s.b.Store.Read()
 	return connect.NewResponse(&corpusv1.ScaleResponse{Project: s.view(view, view.Project(p.Name)), Instances: corpusv1.InstanceCount(cmd.Scale), Changed: changed}), nil
+}
+
+// errLeftover: a new instance's guest or volume name is still held by
+// one of an instance removed before, being deleted on its node.
+var errLeftover = errors.New("left by an instance removed before")
+
+// leftoverWait bounds how long a scale waits for what instances removed
+// just before left behind.
+const leftoverWait = 30 * time.Second
+
+// awaitLeftovers makes the scale command of m again after each change
+// to the state until no new instance waits for an old one's leftovers,
+// or leftoverWait; a caller's deadline shortens the wait so that the
+// caller hears why before it gives up.
+func (s *Service) awaitLeftovers(ctx context.Context, project, env string, m *corpusv1.ScaleRequest) (*corpusv1.ScaleEnv, bool, error) {
+	wait := leftoverWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)*9/10)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		view := s.b.Store.Read()
+		view.WatchIndex()
+		p, e, err := api.PickEnv(ctx, view, project, env)
+		if err != nil {
+			return nil, false, err
+		}
+		cmd, changed, err := scaleCommand(view, p, e, m.Counts, m.SharedNothing, m.MaxParallel)
+		if !errors.Is(err, errLeftover) {
+			return cmd, changed, err
+		}
+		if view.Wait(ctx) != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// leftover names what an instance removed before left with the name of
+// a new one, still being deleted on its node ("" when nothing): its
+// guest, or the volume of its own it had (--shared-nothing).
+func leftover(view *state.Snap, name string) string {
+	if g := view.GuestByName(name); g != nil && g.DesiredState == state.DesiredDeleted {
+		return "guest " + name
+	}
+	if v := view.Volume(name); v != nil && v.GuestId == "" && v.DesiredState == state.VolumeDeleted {
+		return "volume " + name
+	}
+	return ""
 }
 
 // scaleCommand is the write that scales an environment to counts (types
@@ -109,7 +163,12 @@ func scaleCommand(view *state.Snap, p *corpusv1.Project, e *corpusv1.ProjectEnv,
 		if err := names.Validate("guest", name); err != nil {
 			return nil, false, api.ToConnect(api.Invalidf("project name %q is too long for its instance's guest name %q", p.Name, name))
 		}
-		if view.Guest(name) != nil {
+		if what := leftover(view, name); what != "" {
+			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"instance %d of %s/%s cannot be made yet: the %s of the instance %d removed before is still being deleted on its node; try again in a moment: %w",
+				i, p.Name, e.Name, what, i, errLeftover))
+		}
+		if view.GuestByName(name) != nil {
 			return nil, false, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("guest %s exists (not an instance of %s/%s): delete it or rename it first", name, p.Name, e.Name))
 		}
 		spec := proto.Clone(primary.Spec).(*corpusv1.GuestSpec)
