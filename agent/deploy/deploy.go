@@ -441,20 +441,20 @@ func (d *deploy) step(name string, f func() (skipped bool, err error)) error {
 func (d *deploy) run(g quarantineGit, commit string) error {
 	base, rel := d.dir(), d.releaseDir()
 	err := d.step(stepArchive, func() (bool, error) {
-		if err := d.sh(`mkdir -p "$1/releases" "$1/archives" "$1/data"`, base); err != nil {
-			return false, err
-		}
-		if d.prev == nil {
-			d.say("       nothing serves yet: nothing to archive")
-			return true, nil
-		}
-		if !d.runs(stepArchive) {
+		const dirs = `mkdir -p "$1/releases" "$1/archives" "$1/data"`
+		if d.prev == nil || !d.runs(stepArchive) {
+			if err := d.sh(dirs, base); err != nil {
+				return false, err
+			}
+			if d.prev == nil {
+				d.say("       nothing serves yet: nothing to archive")
+			}
 			return true, nil
 		}
 		pn := corpusv1.ReleaseName(d.prev.Number)
 		arch := base + "/archives/" + pn
-		if err := d.sh(`mkdir -p "$1" && printf 'release=%s\ncommit=%s\narchived=%s\n' "$2" "$3" "$4" > "$1/release.env"`,
-			arch, pn, d.prev.Commit, time.Now().UTC().Format(time.RFC3339)); err != nil {
+		if err := d.sh(dirs+` "$2" && printf 'release=%s\ncommit=%s\narchived=%s\n' "$3" "$4" "$5" > "$2/release.env"`,
+			base, arch, pn, d.prev.Commit, time.Now().UTC().Format(time.RFC3339)); err != nil {
 			return false, err
 		}
 		return false, d.hook(base+"/releases/"+pn, "archive", map[string]string{"CORPUS_ARCHIVE": arch, "CORPUS_RELEASE": pn})

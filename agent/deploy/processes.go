@@ -129,19 +129,15 @@ func (d *deploy) specOf() runSpec {
 // run spec in the guest; the environment travels on stdin, never on a
 // command line, and only the project's user and root can read it.
 func (p *Pipeline) writeReleaseFiles(ctx context.Context, drv drivers.Driver, guest, project string, env map[string]string, spec runSpec) error {
-	if _, err := runIn(ctx, drv, guest, nil, "sh", "-c", `set -e; mkdir -p "$1"; chown "$2:$3" "$1"; chmod 700 "$1"`,
-		"sh", envDir(project), strconv.Itoa(spec.UID), strconv.Itoa(spec.GID)); err != nil {
-		return fmt.Errorf("making %s: %w", envDir(project), err)
-	}
-	if err := p.runtime.WriteEnv(ctx, drv, guest, envFile(project, spec.Release), spec.UID, spec.GID, env); err != nil {
-		return err
-	}
-	b, err := json.Marshal(spec)
+	b, err := json.Marshal(spec) // one line: JSON escapes newlines in strings
 	if err != nil {
 		return err
 	}
-	_, err = runIn(ctx, drv, guest, bytes.NewReader(b), "sh", "-c", `set -e; cat > "$1.tmp"; mv -f "$1.tmp" "$1"`, "sh", runFile(project, spec.Release))
-	return err
+	// One exec: the folder (the project user's), the run spec, the
+	// environment.
+	return p.runtime.WriteEnvAfter(ctx, drv, guest, envFile(project, spec.Release), spec.UID, spec.GID, env,
+		`mkdir -p "$4"; chown "$2:$3" "$4"; chmod 700 "$4"; IFS= read -r spec; printf '%s' "$spec" > "$5.tmp"; mv -f "$5.tmp" "$5"`,
+		b, envDir(project), runFile(project, spec.Release))
 }
 
 // readRunSpec reads a release's run spec from the guest; ok is false for

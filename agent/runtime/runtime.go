@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,14 +340,30 @@ func (r *Runtime) Status(ctx context.Context, x Execer, guest, project string) (
 // WriteEnv puts env in the guest at path as JSON, readable by uid only:
 // it travels on the exec's stdin, never on a command line.
 func (r *Runtime) WriteEnv(ctx context.Context, x Execer, guest, path string, uid, gid int, env map[string]string) error {
+	return r.WriteEnvAfter(ctx, x, guest, path, uid, gid, env, "", nil)
+}
+
+// WriteEnvAfter runs the shell script before and then writes env as
+// WriteEnv does, in one exec. before may read line (one line, given
+// without its newline) from its input with read; its positional
+// parameters are path, uid and gid, then args.
+func (r *Runtime) WriteEnvAfter(ctx context.Context, x Execer, guest, path string, uid, gid int, env map[string]string, before string, line []byte, args ...string) error {
+	if bytes.IndexByte(line, '\n') >= 0 {
+		return errors.New("writing the environment: the line before it holds a newline")
+	}
 	b, err := json.Marshal(env)
 	if err != nil {
 		return err
 	}
-	_, err = run(ctx, x, guest, bytes.NewReader(b), "sh", "-c",
-		`set -e; umask 077; mkdir -p "${1%/*}"; cat > "$1.tmp"; chown "$2:$3" "$1.tmp"; chmod 600 "$1.tmp"; mv -f "$1.tmp" "$1"`,
-		"sh", path, strconv.Itoa(uid), strconv.Itoa(gid))
-	if err != nil {
+	in := b
+	if before != "" {
+		in = slices.Concat(line, []byte{'\n'}, b)
+		before += "\n"
+	}
+	argv := append([]string{"sh", "-c",
+		"set -e\n" + before + `umask 077; mkdir -p "${1%/*}"; cat > "$1.tmp"; chown "$2:$3" "$1.tmp"; chmod 600 "$1.tmp"; mv -f "$1.tmp" "$1"`,
+		"sh", path, strconv.Itoa(uid), strconv.Itoa(gid)}, args...)
+	if _, err = run(ctx, x, guest, bytes.NewReader(in), argv...); err != nil {
 		return fmt.Errorf("writing the environment in guest %s: %w", guest, err)
 	}
 	return nil

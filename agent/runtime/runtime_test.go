@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +47,19 @@ func (c *chrootExec) Exec(ctx context.Context, _ string, req drivers.ExecRequest
 	return 0, err
 }
 
+// guestRoot is a busybox root folder with /dev/null, for chrootExec.
+func guestRoot(t *testing.T) string {
+	t.Helper()
+	root := testrun.BusyboxRoot(t, t.TempDir(), "dev")
+	if err := unix.Mknod(filepath.Join(root, "dev/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chroot", root, "/bin/busybox", "--install", "-s", "/bin").CombinedOutput(); err != nil {
+		t.Fatalf("busybox --install: %v: %s", err, out)
+	}
+	return root
+}
+
 // streamingExec is a chrootExec whose driver streams exec input (LXC,
 // Kubernetes).
 type streamingExec struct{ *chrootExec }
@@ -74,13 +90,7 @@ func TestInstall(t *testing.T) {
 		execs  int // of a first Ensure
 	}{{"streaming", true, 2}, {"chunked", false, 9}} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := testrun.BusyboxRoot(t, t.TempDir(), "dev")
-			if err := unix.Mknod(filepath.Join(root, "dev/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := exec.Command("chroot", root, "/bin/busybox", "--install", "-s", "/bin").CombinedOutput(); err != nil {
-				t.Fatalf("busybox --install: %v: %s", err, out)
-			}
+			root := guestRoot(t)
 			c := &chrootExec{root: root}
 			var x Execer = c
 			if tc.stream {
@@ -143,5 +153,37 @@ func TestInstall(t *testing.T) {
 				t.Errorf("a refused copy replaced the binary in place")
 			}
 		})
+	}
+}
+
+// TestWriteEnvAfter writes a line of its own and an environment in one
+// exec: the line first, as given (backslashes, percent signs, spaces),
+// the environment whole, 0600 for its owner, with no secret on a
+// command line.
+func TestWriteEnvAfter(t *testing.T) {
+	root := guestRoot(t)
+	c := &chrootExec{root: root}
+	var r Runtime
+	env := map[string]string{"DATABASE_URL": "postgres://app:s3cret@db/app", "MULTI": "a\nb", "PCT": "100% \\n"}
+	line := []byte(` {"cmd": "echo \\"%s\\" \\n done"} `)
+	err := r.WriteEnvAfter(context.Background(), c, "g", "/srv/.env/r1.json", 1000, 1000, env,
+		`mkdir -p "$4"; IFS= read -r l; printf '%s' "$l" > "$4/line"`, line, "/srv/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "srv/other/line")); !bytes.Equal(got, line) {
+		t.Errorf("the line written: %q, want %q", got, line)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "srv/.env/r1.json"))
+	var got map[string]string
+	if err != nil || json.Unmarshal(raw, &got) != nil || !maps.Equal(got, env) {
+		t.Errorf("the environment written: %q, %v; want %v", raw, err, env)
+	}
+	fi, err := os.Stat(filepath.Join(root, "srv/.env/r1.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Errorf("the environment file: %v, %v; want 0600 for uid 1000", fi.Mode(), err)
+	}
+	if err := r.WriteEnvAfter(context.Background(), c, "g", "/srv/.env/r2.json", 0, 0, env, "true", []byte("a\nb")); err == nil {
+		t.Error("a line with a newline in it was taken")
 	}
 }
