@@ -61,6 +61,9 @@ type state struct {
 	err     string
 	at      time.Time
 	expires time.Time // the standby's end a kick is set for
+	// again: a pass wanted another sync while this one ran (the release
+	// or the scale changed meanwhile); its end asks for a pass.
+	again bool
 }
 
 // New returns a Syncer that syncs through sync and calls kick for
@@ -93,7 +96,11 @@ func (s *Syncer) Reconcile(ctx context.Context, assigned []*corpusv1.InstanceAss
 			st.expires = until
 			time.AfterFunc(time.Until(until)+100*time.Millisecond, s.kick)
 		}
-		if st.busy || (st.key == key && (st.err == "" || time.Since(st.at) < Retry)) {
+		if st.busy {
+			st.again = st.again || st.key != key
+			continue
+		}
+		if st.key == key && (st.err == "" || time.Since(st.at) < Retry) {
 			continue
 		}
 		st.busy, st.key = true, key
@@ -121,6 +128,13 @@ func (s *Syncer) run(ctx context.Context, in deploy.Instance, st *state) {
 	})
 	s.mu.Lock()
 	st.busy, st.at = false, time.Now()
+	if st.again {
+		// What the pass saw while this ran is not done yet: without a
+		// kick it waits for the next change or resync (seconds; a
+		// rolling deploy's instance waited 9 s behind a scale change).
+		st.again = false
+		defer s.kick()
+	}
 	prev := *st
 	if errors.Is(err, deploy.ErrBusy) {
 		st.key = "" // try again on the next pass

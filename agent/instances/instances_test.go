@@ -1,0 +1,73 @@
+package instances
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"corpus/agent/deploy"
+	"corpus/internal/testrun"
+	corpusv1 "corpus/proto/corpus/v1"
+)
+
+// TestChangeDuringSync: a pass that finds an instance's sync still
+// running for an older release does not start another, and the sync's end
+// asks for a pass (kick), which starts the sync of the new release. A
+// pass with nothing new while it ran asks for none.
+func TestChangeDuringSync(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		synced  []uint32
+		release = make(chan struct{})
+		kicks   = make(chan struct{}, 10)
+	)
+	syncFn := func(ctx context.Context, in deploy.Instance, serving func(uint32)) (deploy.Outcome, error) {
+		mu.Lock()
+		synced = append(synced, in.Release)
+		mu.Unlock()
+		<-release
+		return deploy.Outcome{Serving: in.Release}, nil
+	}
+	s := New(syncFn, func() { kicks <- struct{}{} }, func() {}, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	guests := map[string]Guest{"g2": {Name: "site-dev-2", Running: true, PID: 7}}
+	assign := func(rel uint32) []*corpusv1.InstanceAssignment {
+		return []*corpusv1.InstanceAssignment{{GuestId: "g2", Project: "site", Env: "dev", Index: 2, Release: rel}}
+	}
+	done := func(n int) {
+		t.Helper()
+		testrun.Until(t, 10*time.Second, "the sync done", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			return len(synced) == n && !s.state["g2"].busy
+		})
+	}
+
+	s.Reconcile(ctx, assign(1), guests)
+	testrun.Until(t, 10*time.Second, "the sync of r1 started", func() bool { mu.Lock(); defer mu.Unlock(); return len(synced) == 1 })
+	s.Reconcile(ctx, assign(1), guests) // nothing new
+	s.Reconcile(ctx, assign(2), guests) // r2 while r1 syncs
+	release <- struct{}{}
+	done(1)
+	select {
+	case <-kicks:
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("the sync of r1 ended without asking for the pass r2 needs")
+	}
+	s.Reconcile(ctx, assign(2), guests) // the pass the kick asked for
+	testrun.Until(t, 10*time.Second, "the sync of r2 started", func() bool { mu.Lock(); defer mu.Unlock(); return len(synced) == 2 })
+	release <- struct{}{}
+	done(2)
+	if got := synced; got[0] != 1 || got[1] != 2 {
+		t.Errorf("synced %v, want r1 then r2", got)
+	}
+	select {
+	case <-kicks:
+		t.Error("a sync with nothing new asked for during it asked for a pass")
+	default:
+	}
+}
