@@ -94,11 +94,13 @@ const leftoverWait = 30 * time.Second
 // awaitLeftovers makes the scale command of m again after each change
 // to the state until no new instance waits for an old one's leftovers,
 // or leftoverWait; a caller's deadline shortens the wait so that the
-// caller hears why before it gives up.
+// answer saying why reaches the caller before it gives up (a tenth of
+// its time, at least a second, is left for that).
 func (s *Service) awaitLeftovers(ctx context.Context, project, env string, m *corpusv1.ScaleRequest) (*corpusv1.ScaleEnv, bool, error) {
 	wait := leftoverWait
 	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl)*9/10)
+		left := time.Until(dl)
+		wait = min(wait, left-max(left/10, time.Second))
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
