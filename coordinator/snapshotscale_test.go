@@ -14,6 +14,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"corpus/coordinator"
+	"corpus/coordinator/state"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -67,20 +68,14 @@ func TestSnapshotScale(t *testing.T) {
 	// after they are made: the snapshot is of placed guests, each in its
 	// DNS. (The projects' guests ask for disk the nodes do not report,
 	// and stay pending.)
-	for waited := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		unplaced := 0
-		for _, g := range s.Store().Read().Guests() {
+	s.waitFor("every guest g* placed", func(v *state.Snap) bool {
+		for _, g := range v.Guests() {
 			if g.Address == "" && strings.HasPrefix(g.Name, "g") {
-				unplaced++
+				return false
 			}
 		}
-		if unplaced == 0 {
-			break
-		}
-		if time.Since(waited) > time.Minute {
-			t.Fatalf("%d guests still have no address after a minute", unplaced)
-		}
-	}
+		return true
+	})
 	start := time.Now()
 	path, h := saveSnapshot(t, s, snapSecret)
 	saved := time.Since(start)
