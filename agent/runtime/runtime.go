@@ -119,24 +119,16 @@ func run(ctx context.Context, x Execer, guest string, stdin io.Reader, argv ...s
 // Ensure installs the supervisor in the guest when it is missing or
 // another build, and starts it when it is not running. Where the binary
 // is in place (every deploy but a guest's first), one exec looks and
-// starts it.
+// starts it; else the install's last exec starts it.
 func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
-	started, err := r.place(ctx, x, guest, true)
-	if err != nil || started {
-		return err
-	}
-	if _, err := run(ctx, x, guest, nil, supervisor.Binary, "start"); err != nil {
-		return fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
-	}
-	return nil
+	return r.place(ctx, x, guest, true)
 }
 
 // Install puts the supervisor binary in the guest when it is missing or
 // another build, without starting it (corpus-supervisor tty needs only
 // the binary).
 func (r *Runtime) Install(ctx context.Context, x Execer, guest string) error {
-	_, err := r.place(ctx, x, guest, false)
-	return err
+	return r.place(ctx, x, guest, false)
 }
 
 // lookScript prints "absent" unless the binary ($1) has sha256 $2; when
@@ -146,45 +138,33 @@ const lookScript = `sum=$(sha256sum "$1" 2>/dev/null) && [ "${sum%% *}" = "$2" ]
 exec "$1" start`
 
 // place makes sure the guest holds this host's supervisor binary and,
-// with start, starts it where that came at no extra exec; started says
-// whether it did.
-func (r *Runtime) place(ctx context.Context, x Execer, guest string, start bool) (started bool, err error) {
+// with start, that it runs.
+func (r *Runtime) place(ctx context.Context, x Execer, guest string, start bool) error {
 	defer r.installs.Lock(guest)()
 	want, err := r.binaryHash()
 	if err != nil {
-		return false, err
+		return err
 	}
-	startArg := ""
+	startArg, doing := "", "looking for"
 	if start {
-		startArg = "start"
+		startArg, doing = "start", "starting"
 	}
 	out, err := run(ctx, x, guest, nil, "sh", "-c", lookScript, "sh", supervisor.Binary, want, startArg)
 	if err != nil {
-		if start {
-			return false, fmt.Errorf("starting the supervisor in guest %s: %w", guest, err)
-		}
-		return false, fmt.Errorf("looking for the supervisor in guest %s: %w", guest, err)
+		return fmt.Errorf("%s the supervisor in guest %s: %w", doing, guest, err)
 	}
 	if strings.TrimSpace(string(out)) != "absent" {
-		return start, nil
+		return nil
 	}
-	if streams(x) {
-		err = r.installStream(ctx, x, guest, want, startArg)
-	} else {
-		start = false
-		err = r.install(ctx, x, guest, want)
+	if err := r.install(ctx, x, guest, want, startArg); err != nil {
+		return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
-	}
-	return start, nil
+	return nil
 }
 
-// installStreamScript writes its input to $1, checks it has sha256 $3,
-// moves it to $2, and starts it when $4 is "start".
-const installStreamScript = `set -e
-mkdir -p "${1%/*}"
-cat > "$1"
+// placeScript follows a copy of the binary at $1: it checks the copy has
+// sha256 $3, moves it to $2, and starts it when $4 is "start".
+const placeScript = `
 sum=$(sha256sum "$1")
 if [ "${sum%% *}" != "$3" ]; then
   rm -f "$1"
@@ -196,27 +176,13 @@ mv -f "$1" "$2"
 [ "$4" = start ] || exit 0
 exec "$2" start`
 
-// installStream copies the binary into the guest in one exec, as it is
-// (where the exec streams, a pipe to the guest costs less than the
-// guest's gunzip), checks and moves it in place, and starts it with
-// start "start".
-func (r *Runtime) installStream(ctx context.Context, x Execer, guest, want, start string) error {
-	f, err := os.Open(r.Binary)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = run(ctx, x, guest, f, "sh", "-c", installStreamScript, "sh", supervisor.Binary+".new", supervisor.Binary, want, start)
-	return err
-}
-
 // installChunk is how much of the (gzipped) binary one exec carries
 // where the driver's exec does not stream: a VM's guest agent takes a
 // command's input in one JSON message, which it parses slowly under
 // emulation; small messages keep each call short. Where it streams (LXC,
-// Kubernetes), one exec carries all of it (installStream): 27 execs of
-// 64 KiB each were most of a new instance's start when nine started at
-// once.
+// Kubernetes), one exec carries all of it, as it is (a pipe into the
+// guest costs less than the guest's gunzip): 27 execs of 64 KiB each
+// were most of a new instance's start when nine started at once.
 const installChunk = 64 << 10
 
 // streams says whether x's exec takes its input as a stream
@@ -245,39 +211,38 @@ func (r *Runtime) gzipped() ([]byte, error) {
 	return r.gz, r.gzErr
 }
 
-// install copies the supervisor into the guest installChunk at a time
-// (gzipped: fewer chunks), checks what arrived and only then puts it in
-// place.
-func (r *Runtime) install(ctx context.Context, x Execer, guest, want string) error {
+// install copies the supervisor into the guest, and checks, places and
+// (with start "start") starts it in the copy's last exec: one exec where
+// the driver's exec streams, else installChunk of the gzipped binary at
+// a time. The binary is read from disk at each install where it streams
+// (not kept in memory); its hash, once: a binary replaced under a running
+// agent (an upgrade, which restarts it) fails the check until then.
+func (r *Runtime) install(ctx context.Context, x Execer, guest, want, start string) error {
+	args := []string{"sh", supervisor.Binary + ".new", supervisor.Binary, want, start}
+	if streams(x) {
+		f, err := os.Open(r.Binary)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = run(ctx, x, guest, f, append([]string{"sh", "-c", `set -e; mkdir -p "${1%/*}"; cat > "$1"` + placeScript}, args...)...)
+		return err
+	}
 	gz, err := r.gzipped()
 	if err != nil {
 		return err
 	}
-	tmp := supervisor.Binary + ".new"
-	out, err := r.installChunks(ctx, x, guest, tmp, gz)
-	if err != nil {
+	if _, err := run(ctx, x, guest, nil, append([]string{"sh", "-c", `set -e; mkdir -p "${1%/*}"; : > "$1.gz"`}, args...)...); err != nil {
 		return err
-	}
-	if f := strings.Fields(string(out)); len(f) == 0 || f[0] != want {
-		return fmt.Errorf("the copy in the guest does not match (sha256 %q, want %s)", strings.TrimSpace(string(out)), want)
-	}
-	_, err = run(ctx, x, guest, nil, "sh", "-c", `chmod 755 "$1" && mv -f "$1" "$2"`, "sh", tmp, supervisor.Binary)
-	return err
-}
-
-// installChunks writes gz to tmp in the guest installChunk at a time,
-// unpacks it there and returns the sha256sum line of the result.
-func (r *Runtime) installChunks(ctx context.Context, x Execer, guest, tmp string, gz []byte) ([]byte, error) {
-	if _, err := run(ctx, x, guest, nil, "sh", "-c", `set -e; mkdir -p "${1%/*}"; : > "$1.gz"`, "sh", tmp); err != nil {
-		return nil, err
 	}
 	for off := 0; off < len(gz); off += installChunk {
 		chunk := gz[off:min(off+installChunk, len(gz))]
-		if _, err := run(ctx, x, guest, bytes.NewReader(chunk), "sh", "-c", `cat >> "$1.gz"`, "sh", tmp); err != nil {
-			return nil, err
+		if _, err := run(ctx, x, guest, bytes.NewReader(chunk), append([]string{"sh", "-c", `cat >> "$1.gz"`}, args...)...); err != nil {
+			return err
 		}
 	}
-	return run(ctx, x, guest, nil, "sh", "-c", `set -e; gzip -dc "$1.gz" > "$1"; rm -f "$1.gz"; sha256sum "$1"`, "sh", tmp)
+	_, err = run(ctx, x, guest, nil, append([]string{"sh", "-c", `set -e; gzip -dc "$1.gz" > "$1"; rm -f "$1.gz"` + placeScript}, args...)...)
+	return err
 }
 
 // Boot is how a guest whose driver runs an image's command starts its

@@ -88,7 +88,7 @@ func TestInstall(t *testing.T) {
 		name   string
 		stream bool
 		execs  int // of a first Ensure
-	}{{"streaming", true, 2}, {"chunked", false, 9}} {
+	}{{"streaming", true, 2}, {"chunked", false, 7}} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := guestRoot(t)
 			c := &chrootExec{root: root}
