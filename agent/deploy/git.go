@@ -36,7 +36,7 @@ const hookEnvBin = "CORPUS_HOOK_BIN"
 type gitServer struct {
 	p     *Pipeline
 	root  string // bare repositories
-	hooks *hookServer
+	hooks *githook.Server
 	// repos serializes the set-up of a repository (git config takes a
 	// lock of its own and fails rather than wait): a push and the
 	// instances of its environment on this node may all ask at once.
@@ -140,7 +140,7 @@ func (p *Pipeline) ServeGit(ctx context.Context, user, fp, from, command string,
 		if err != nil {
 			return fail("locating the corpus binary: %v", err)
 		}
-		cmd.Env = append(cmd.Env, githook.EnvSocket+"="+s.hooks.path, githook.EnvSession+"="+token, hookEnvBin+"="+bin)
+		cmd.Env = append(cmd.Env, githook.EnvSocket+"="+s.hooks.Path(), githook.EnvSession+"="+token, hookEnvBin+"="+bin)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = rw, rw, stderr
 	p.logger.Info("git: serving", "user", user, "project", project, "env", access.Env.GetName(), "service", service)

@@ -13,6 +13,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy/envlock"
+	"corpus/agent/deploy/githook"
 	"corpus/agent/deploy/imagetree"
 	"corpus/agent/logs"
 	"corpus/agent/runtime"
@@ -141,7 +142,7 @@ func New(cfg Config, agent Agent) (*Pipeline, error) {
 		if err := atomicfile.Write(s.hookPath(), []byte(preReceiveHook), 0o755); err != nil {
 			return nil, err
 		}
-		hooks, err := newHookServer(filepath.Join(cfg.GitDir, "hook.sock"), s)
+		hooks, err := githook.Listen(filepath.Join(cfg.GitDir, "hook.sock"))
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +161,7 @@ func (p *Pipeline) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.git.hooks.serve(ctx)
+			p.git.hooks.Serve(ctx, p.git.handleHook)
 		}()
 	}
 	p.recoverDeploys(ctx)

@@ -1,7 +1,8 @@
 // Package githook is the protocol between the pre-receive hook of a
 // project's repository on a node and the node's agent: Run is the hook's
 // end (`corpus git-hook pre-receive`), the frames and the request are
-// what both ends speak. The agent's end is in agent/deploy.
+// what both ends speak; Server is the agent's end, which hands each
+// request to agent/deploy.
 package githook
 
 import (

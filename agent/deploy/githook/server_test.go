@@ -1,4 +1,4 @@
-package deploy
+package githook
 
 import (
 	"bufio"
@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"corpus/agent/deploy/githook"
 	"corpus/internal/testrun"
 )
 
@@ -39,12 +38,15 @@ func TestHookSocketIsOwnersOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "hook.sock")
-	h, err := newHookServer(sock, &gitServer{sessions: map[string]*pushSession{}})
+	h, err := Listen(sock)
 	if err != nil {
-		t.Fatalf("newHookServer = %v", err)
+		t.Fatalf("Listen = %v", err)
 	}
-	defer h.close()
-	go h.serve(context.Background())
+	defer h.Close()
+	go h.Serve(context.Background(), func(ctx context.Context, req *Request, out io.Writer) int {
+		fmt.Fprintln(out, "corpus: unknown push session")
+		return 1
+	})
 	for path, want := range map[string]os.FileMode{dir: 0o700, sock: 0o600} {
 		if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("mode of %s = %v, %v; want %v", path, fi.Mode().Perm(), err, want)
@@ -84,8 +86,8 @@ func askHook(sock string) string {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(testrun.D(10 * time.Second)))
-	raw, _ := json.Marshal(githook.Request{Session: "nope"})
-	if err := githook.WriteFrame(conn, 'r', raw); err != nil {
+	raw, _ := json.Marshal(Request{Session: "nope"})
+	if err := WriteFrame(conn, 'r', raw); err != nil {
 		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 			return "closed" // before the request was even read
 		}
@@ -94,7 +96,7 @@ func askHook(sock string) string {
 	r := bufio.NewReader(conn)
 	var out strings.Builder
 	for {
-		kind, data, err := githook.ReadFrame(r, githook.MaxRequest)
+		kind, data, err := ReadFrame(r, MaxRequest)
 		if err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
 			if out.Len() == 0 {
 				return "closed"
@@ -122,7 +124,7 @@ func asNobody(t *testing.T, sock string) string {
 	}
 	// In the test's own folder (open to the user nobody, unlike the
 	// socket's folder), removed with it: not in the machine's /tmp.
-	bin := filepath.Join(filepath.Dir(filepath.Dir(sock)), "deploy.test")
+	bin := filepath.Join(filepath.Dir(filepath.Dir(sock)), "githook.test")
 	if err := testrun.WriteExecutable(bin, self); err != nil {
 		t.Fatal(err)
 	}
