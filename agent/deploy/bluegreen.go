@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,18 +63,100 @@ func (r *rollout) webPort() int32 {
 }
 
 // tidy stops the generations of releases an instance no longer needs
-// (unneeded).
-func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, guest string, in Instance, out Outcome) error {
-	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
+// (unneeded), each once the requests its web has in flight through this
+// node's proxy are answered (up to its grace). A web the routes left
+// (left) keeps running until settleOthers has passed since, for the
+// proxies of other nodes that had not heard of the move yet: later is
+// when it may stop, zero when nothing waits. The sync that switched does
+// not wait for that with the environment's lock held: the next deploy's
+// staging may begin meanwhile.
+func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, out Outcome) (later time.Time, err error) {
+	running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
 	if err != nil || out.Serving == 0 {
-		return err
+		return later, err
 	}
 	for _, gen := range unneeded(running, in, out) {
-		if err := p.stopGeneration(ctx, drv, guest, in.Project, gen); err != nil {
-			return fmt.Errorf("stopping the processes of %s: %w", gen, err)
+		if at, ok := p.left.at(g.Id, gen); ok {
+			if until := at.Add(settleOthers); time.Now().Before(until) {
+				if until.After(later) {
+					later = until
+				}
+				continue
+			}
+		}
+		p.drainInFlight(ctx, drv, g, in.Project, running, gen)
+		if err := p.stopGeneration(ctx, drv, g.Name, in.Project, gen); err != nil {
+			return later, fmt.Errorf("stopping the processes of %s: %w", gen, err)
+		}
+		p.left.drop(g.Id, gen)
+	}
+	return later, nil
+}
+
+// drainInFlight waits until the web of generation gen (if it has one)
+// answered the requests this node's proxy sent it, up to its release's
+// grace.
+func (p *Pipeline) drainInFlight(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, running []supervisor.Status, gen string) {
+	if p.proxy == nil {
+		return
+	}
+	for _, st := range running {
+		if st.Generation != gen || st.Name != "web" || st.Port == 0 {
+			continue
+		}
+		target := net.JoinHostPort(g.Address, strconv.Itoa(st.Port))
+		if p.proxy.InFlight(target) == 0 {
+			return
+		}
+		grace := supervisor.DefaultGrace
+		if spec, ok, err := readRunSpec(ctx, drv, g.Name, project, st.Release); err == nil && ok && spec.Grace > 0 {
+			grace = time.Duration(spec.Grace)
+		}
+		p.drain(target, time.Time{}, 0, grace)
+		return
+	}
+}
+
+// leftWebs are the web generations of instance guests the routes moved
+// away from (a switch), and when: they stop once settled (tidy).
+type leftWebs struct {
+	mu sync.Mutex
+	m  map[string]time.Time // by guest id + "/" + generation
+}
+
+// add records that the routes left the web of release number in guest
+// id (running) now.
+func (l *leftWebs) add(id string, running []supervisor.Status, number uint32) {
+	name := corpusv1.ReleaseName(number)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]time.Time{}
+	}
+	now := time.Now()
+	for k, at := range l.m {
+		if now.Sub(at) > time.Minute {
+			delete(l.m, k) // stopped otherwise, or its guest gone
 		}
 	}
-	return nil
+	for _, st := range running {
+		if st.Release == name && st.Name == "web" {
+			l.m[id+"/"+st.Generation] = now
+		}
+	}
+}
+
+func (l *leftWebs) at(id, gen string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.m[id+"/"+gen]
+	return at, ok
+}
+
+func (l *leftWebs) drop(id, gen string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, id+"/"+gen)
 }
 
 // unneeded are the generations of running an instance no longer needs:
@@ -131,7 +215,7 @@ func (d *deploy) blueGreen() error {
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				res, err := d.stageInstance(in.Index, d.release.Number)
+				res, err := d.stageInstance(d.ctx, in.Index, d.release.Number)
 				if err != nil {
 					errs[i] = err
 					return
@@ -141,11 +225,7 @@ func (d *deploy) blueGreen() error {
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			for _, in := range ins {
-				if _, uerr := d.stageInstance(in.Index, 0); uerr != nil {
-					d.say("       warning: instance %d: %v", in.Index, uerr)
-				}
-			}
+			d.unstage(false)
 			return false, err
 		}
 		return false, nil
@@ -173,13 +253,5 @@ func (d *deploy) blueGreen() error {
 		d.gen.markMoved()
 		d.say("       every domain -> %s; %s stands by (corpus switch back %s)", d.name(), d.serving(), d.project)
 		return false, d.gen.waitMoved()
-	})
-}
-
-func (d *deploy) stageInstance(index, release uint32) (*corpusv1.RollInstanceResponse, error) {
-	return coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.RollInstanceResponse], error) {
-		return c.RollInstance(d.ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{
-			Project: d.project, Env: d.env.Name, Instance: index, Release: release, Stage: true, WaitSeconds: int64(rollWait / time.Second),
-		}))
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -93,6 +94,9 @@ type deploy struct {
 	only []string
 	// gen is the release's processes, started beside the old ones.
 	gen *rollout
+	// staging is the other instances staging the release while this
+	// one builds it (a rolling deploy's first instance), nil otherwise.
+	staging *staging
 	// instance is the environment's instance deployed (0: the first,
 	// which records the release and rolls the others).
 	instance uint32
@@ -104,6 +108,7 @@ type deploy struct {
 	strategy string
 	keepFor  int64
 
+	sayMu sync.Mutex    // the instances' goroutines say too
 	out   io.Writer     // to the git client
 	log   *bytes.Buffer // everything said, to record
 	steps []*corpusv1.ReleaseStep
@@ -440,6 +445,7 @@ func (d *deploy) step(name string, f func() (skipped bool, err error)) error {
 // run is the pipeline up to and including the switch.
 func (d *deploy) run(g quarantineGit, commit string) error {
 	base, rel := d.dir(), d.releaseDir()
+	d.stageEarly()
 	err := d.step(stepArchive, func() (bool, error) {
 		const dirs = `mkdir -p "$1/releases" "$1/archives" "$1/data"`
 		if d.prev == nil || !d.runs(stepArchive) {

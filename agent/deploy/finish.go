@@ -35,6 +35,7 @@ func (d *deploy) finish(err error) int {
 		}
 		tail := d.tail
 		d.say("-----> %s failed: %s", failedStep, msg)
+		d.dropStaging()
 		d.rollback()
 		d.notify(status)
 		d.discard()
@@ -204,7 +205,8 @@ func removeRelease(ctx context.Context, drv drivers.Driver, guest, project, name
 
 // prune removes the trees of releases beyond the newest keep. Failed
 // releases do not count: their files went when they failed, and no
-// rollback returns to them.
+// rollback returns to them. An instance that staged the release prunes
+// then, keeping the one it serves.
 func (d *deploy) prune() {
 	// The releases known when the push began, and this one: the lock
 	// keeps any other deploy or rollback of the environment out meanwhile.
@@ -220,6 +222,9 @@ func (d *deploy) prune() {
 		held++
 		if held <= d.man.Keep || r.Pruned || r.Number == d.release.Number || r.Status == corpusv1.ReleaseDeploying {
 			continue
+		}
+		if d.stage && r.Number == d.prevNumber() {
+			continue // staged only: the release before serves on
 		}
 		drop = append(drop, r.Number)
 		n := corpusv1.ReleaseName(r.Number)

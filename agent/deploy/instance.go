@@ -71,6 +71,9 @@ type Outcome struct {
 	// Staged runs beside (a blue-green deploy), web on StagedPort.
 	Staged     uint32
 	StagedPort int32
+	// TidyAt, when set, asks for another sync then: processes the
+	// instance no longer needs wait until then to stop (see tidy).
+	TidyAt time.Time
 }
 
 // SyncInstance makes an instance serve its release with the processes
@@ -122,6 +125,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 			if err := p.setWebPort(ctx, in.Project, in.Env, in.Index, port); err != nil {
 				return out, err
 			}
+			p.left.add(g.Id, running, cur)
 		}
 		out.Serving = in.Release
 		serving(in.Release)
@@ -142,14 +146,17 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 	}
 	if in.Staged != 0 && in.Index > 1 {
 		out.Staged = in.Staged
-		if out.StagedPort = webPort(running, in.Staged); out.StagedPort == 0 {
+		// Staged already (a rolling deploy's instance switched to it
+		// since, or web-less processes): nothing to start again.
+		if out.StagedPort = webPort(running, in.Staged); !runs(running, in.Staged) {
 			if _, out.StagedPort, err = p.serveRelease(ctx, g, drv, in, in.Staged, out.Serving, nil); err != nil {
 				out.Staged = 0
 				return out, err
 			}
 		}
 	}
-	return out, p.tidy(ctx, drv, g.Name, in, out)
+	out.TidyAt, err = p.tidy(ctx, drv, g, in, out)
+	return out, err
 }
 
 // serveRelease deploys release rel on an instance (cur serving): it
@@ -217,6 +224,7 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 	d.journal.Step = stepFinished
 	p.cache.EndDeploy(d.journal)
 	if serving == nil {
+		d.prune()
 		d.say("-----> %s staged on instance %d, web on port %d (%.1fs)", want, in.Index, d.gen.webPort(), time.Since(d.journal.Started).Seconds())
 		return cur, d.gen.webPort(), nil
 	}

@@ -13,10 +13,13 @@ import (
 // say writes a line of the pipeline's own to the client and the log.
 func (d *deploy) say(format string, args ...any) {
 	line := fmt.Sprintf(format, args...) + "\n"
+	d.sayMu.Lock()
+	defer d.sayMu.Unlock()
 	d.out.Write([]byte(line))
 	d.keep(line)
 }
 
+// keep records s; the caller holds sayMu.
 func (d *deploy) keep(s string) {
 	d.deployLine(s)
 	d.log.WriteString(s)

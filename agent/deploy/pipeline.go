@@ -106,6 +106,8 @@ type Pipeline struct {
 	// fetches serializes fetching them into a repository.
 	sources sources
 	fetches keylock.Map
+	// left are the webs instance switches moved the routes from.
+	left leftWebs
 }
 
 // New builds the pipeline: with cfg.GitDir, it makes that folder and

@@ -429,14 +429,7 @@ func (p *Pipeline) proxyTargets(target string) bool {
 // before), keep running and serving.
 func (r *rollout) retireOthers(ctx context.Context, standby string) {
 	if r.moved && standby == "" {
-		time.Sleep(r.settle - time.Since(r.movedAt)) // none when spent
-	}
-	if r.moved && r.p.proxy != nil && standby == "" {
-		old := net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort)))
-		deadline := time.Now().Add(time.Duration(r.spec.Grace))
-		for r.p.proxy.InFlight(old) > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		r.p.drain(net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort))), r.movedAt, r.settle, time.Duration(r.spec.Grace))
 	}
 	st, err := r.p.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
 	if err != nil {
@@ -458,6 +451,22 @@ func (r *rollout) retireOthers(ctx context.Context, standby string) {
 			continue
 		}
 		r.say("       stopped the processes of %s", p.Generation)
+	}
+}
+
+// drain waits until the web at target (host:port) that the routes left
+// at movedAt gets nothing new and has answered what it was asked: settle
+// from movedAt (other nodes' proxies hear of the move later than this
+// node's), then the requests this node's proxy has in flight to it, up
+// to grace.
+func (p *Pipeline) drain(target string, movedAt time.Time, settle, grace time.Duration) {
+	time.Sleep(settle - time.Since(movedAt)) // none when spent
+	if p.proxy == nil {
+		return
+	}
+	deadline := time.Now().Add(grace)
+	for p.proxy.InFlight(target) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

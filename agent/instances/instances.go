@@ -5,7 +5,9 @@
 // changed since its last good sync, one at a time per guest, and says
 // what each serves and stages for the guest's observed state
 // (GuestObserved.release, staged_release, release_error). A sync that
-// failed is tried again after Retry. The first instance of an
+// failed is tried again after Retry; one that left processes to stop
+// later (deploy.Outcome.TidyAt: a web the routes just left) runs again
+// then. The first instance of an
 // environment is here only while a release stands by (a blue-green
 // deploy): it follows a switch back and retires the standby once it
 // expires.
@@ -64,6 +66,9 @@ type state struct {
 	// again: a pass wanted another sync while this one ran (the release
 	// or the scale changed meanwhile); its end asks for a pass.
 	again bool
+	// tidyAt: the last sync left processes to stop then (a sync
+	// that runs after it stops them).
+	tidyAt time.Time
 }
 
 // New returns a Syncer that syncs through sync and calls kick for
@@ -86,7 +91,14 @@ func (s *Syncer) Reconcile(ctx context.Context, assigned []*corpusv1.InstanceAss
 		}
 		until := as.GetStandbyUntil().AsTime()
 		expired := as.StandbyRelease != 0 && !clock.System.Now().Before(until)
-		key := fmt.Sprintf("%d %v %d %d/%d %v", as.Release, as.Scale, g.PID, as.StagedRelease, as.StandbyRelease, expired)
+		staged := as.StagedRelease
+		if staged == as.Release {
+			// A rolling deploy switched the instance to the release it
+			// staged: nothing stands staged beside it (the mark goes
+			// next, a write that needs no sync).
+			staged = 0
+		}
+		key := fmt.Sprintf("%d %v %d %d/%d %v", as.Release, as.Scale, g.PID, staged, as.StandbyRelease, expired)
 		st := s.state[as.GuestId]
 		if st == nil {
 			st = &state{}
@@ -105,7 +117,7 @@ func (s *Syncer) Reconcile(ctx context.Context, assigned []*corpusv1.InstanceAss
 		}
 		st.busy, st.key = true, key
 		in := deploy.Instance{GuestID: as.GuestId, Guest: g.Name, Project: as.Project, Env: as.Env, Index: as.Index, Release: as.Release, Scale: as.Scale,
-			Staged: as.StagedRelease, Standby: as.StandbyRelease, StandbyUntil: until}
+			Staged: staged, Standby: as.StandbyRelease, StandbyUntil: until}
 		go s.run(ctx, in, st)
 	}
 	for id := range s.state {
@@ -141,6 +153,22 @@ func (s *Syncer) run(ctx context.Context, in deploy.Instance, st *state) {
 		s.mu.Unlock()
 		time.AfterFunc(time.Second, s.kick)
 		return
+	}
+	// Processes left to stop at TidyAt: a sync then stops them, unless
+	// one that ends after it did.
+	st.tidyAt, out.TidyAt = out.TidyAt, time.Time{}
+	if at := st.tidyAt; !at.IsZero() {
+		time.AfterFunc(time.Until(at)+10*time.Millisecond, func() {
+			s.mu.Lock()
+			due := st.tidyAt.Equal(at) && !st.busy
+			if due {
+				st.key = ""
+			}
+			s.mu.Unlock()
+			if due {
+				s.kick()
+			}
+		})
 	}
 	st.out, st.err = out, ""
 	if err != nil {

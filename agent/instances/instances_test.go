@@ -71,3 +71,59 @@ func TestChangeDuringSync(t *testing.T) {
 	default:
 	}
 }
+
+// TestTidyAt: a sync that leaves processes to stop later (Outcome.TidyAt)
+// gets a pass then, and the pass syncs the instance again although
+// nothing it was assigned changed; that sync, with nothing left to
+// wait for, asks for none.
+func TestTidyAt(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls int
+		kicks = make(chan time.Time, 10)
+	)
+	syncFn := func(ctx context.Context, in deploy.Instance, serving func(uint32)) (deploy.Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		out := deploy.Outcome{Serving: in.Release}
+		if calls == 1 {
+			out.TidyAt = time.Now().Add(50 * time.Millisecond)
+		}
+		return out, nil
+	}
+	s := New(syncFn, func() { kicks <- time.Now() }, func() {}, slog.New(slog.DiscardHandler))
+	guests := map[string]Guest{"g2": {Name: "site-dev-2", Running: true, PID: 7}}
+	assign := []*corpusv1.InstanceAssignment{{GuestId: "g2", Project: "site", Env: "dev", Index: 2, Release: 3}}
+	start := time.Now()
+	s.Reconcile(context.Background(), assign, guests)
+	idle := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.state["g2"].busy
+	}
+	testrun.Until(t, 10*time.Second, "the first sync done", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 && idle() })
+	s.Reconcile(context.Background(), assign, guests) // nothing new: no sync
+	select {
+	case at := <-kicks:
+		if at.Sub(start) < 50*time.Millisecond {
+			t.Errorf("the pass came %s after the sync began, before its TidyAt", at.Sub(start))
+		}
+	case <-time.After(testrun.D(10 * time.Second)):
+		t.Fatal("no pass asked for at TidyAt")
+	}
+	s.Reconcile(context.Background(), assign, guests)
+	testrun.Until(t, 10*time.Second, "the second sync done", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 2 && idle() })
+	s.Reconcile(context.Background(), assign, guests)
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Errorf("%d syncs, want 2 (the first, the one at TidyAt)", calls)
+	}
+	select {
+	case <-kicks:
+		t.Error("a sync with nothing to wait for asked for a pass")
+	default:
+	}
+}

@@ -25,8 +25,11 @@ const (
 	backoffMin   = 100 * time.Millisecond
 	backoffMax   = 30 * time.Second
 	steadyUptime = 10 * time.Second
-	defaultGrace = 10 * time.Second
 )
+
+// DefaultGrace is a stopping process's grace when its generation gives
+// none.
+const DefaultGrace = 10 * time.Second
 
 // proc is one process of a generation: its run loop restarts it.
 type proc struct {
@@ -211,7 +214,7 @@ func (p *proc) stop() {
 		p.mu.Unlock()
 		grace := time.Duration(p.gen.Grace)
 		if grace <= 0 {
-			grace = defaultGrace
+			grace = DefaultGrace
 		}
 		if pid > 0 {
 			sig := syscall.SIGTERM
