@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,8 +134,12 @@ func TestInstall(t *testing.T) {
 			if n := len(c.inputs) - before; n != 2 || starts() != 2 {
 				t.Errorf("Ensure then Install with the binary in place: %d execs and %d starts in all, want 1 exec each and 2 starts", n, starts())
 			}
-			// Another build in the guest is replaced.
+			// Another build in the guest (placed by an agent of that
+			// build, with its sum) is replaced.
 			if err := os.WriteFile(filepath.Join(root, supervisor.Binary), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, supervisor.Binary+".sum"), []byte(strings.Repeat("1", 64)+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.Install(ctx, x, "g"); err != nil {
@@ -142,6 +147,21 @@ func TestInstall(t *testing.T) {
 			}
 			if got, _ := os.ReadFile(filepath.Join(root, supervisor.Binary)); !bytes.Equal(got, bin) {
 				t.Errorf("Install over another build left %d bytes, want the %d given", len(got), len(bin))
+			}
+			// The look reads the sum the install wrote (not the binary's
+			// own hash); a guest an older agent placed the binary in,
+			// without it, gets it again.
+			want, _ := r.binaryHash()
+			if got, _ := os.ReadFile(filepath.Join(root, supervisor.Binary+".sum")); strings.TrimSpace(string(got)) != want {
+				t.Errorf("sum file %q, want %s", got, want)
+			}
+			os.Remove(filepath.Join(root, supervisor.Binary+".sum"))
+			before = len(c.inputs)
+			if err := r.Install(ctx, x, "g"); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(c.inputs) - before; n < 2 {
+				t.Errorf("Install without the sum file took %d exec, want the look and an install", n)
 			}
 			// A copy that does not arrive whole is not put in place.
 			bad := &Runtime{Binary: src}
@@ -185,5 +205,39 @@ func TestWriteEnvAfter(t *testing.T) {
 	}
 	if err := r.WriteEnvAfter(context.Background(), c, "g", "/srv/.env/r2.json", 0, 0, env, "true", []byte("a\nb")); err == nil {
 		t.Error("a line with a newline in it was taken")
+	}
+}
+
+// TestStatus asks for a project's processes in one exec: none where no
+// supervisor listens, the supervisor's answer where one does (here a
+// script in its place that answers as it would).
+func TestStatus(t *testing.T) {
+	root := guestRoot(t)
+	c := &chrootExec{root: root}
+	var r Runtime
+	got, err := r.Status(context.Background(), c, "g", "site")
+	if err != nil || got != nil || len(c.inputs) != 1 {
+		t.Fatalf("Status without a supervisor = %v, %v in %d execs; want none in 1", got, err, len(c.inputs))
+	}
+	bin := filepath.Join(root, supervisor.Binary)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\n[ \"$1\" = ctl ] && grep -q '\"project\":\"site\"' && echo '{\"processes\":[{\"name\":\"web\",\"release\":\"r3\",\"state\":\"running\"}]}'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(root, supervisor.Socket)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got, err = r.Status(context.Background(), c, "g", "site")
+	if err != nil || len(got) != 1 || got[0].Name != "web" || got[0].Release != "r3" || len(c.inputs) != 2 {
+		t.Errorf("Status with a supervisor = %+v, %v in %d execs in all; want web of r3 in 1 more", got, err, len(c.inputs))
 	}
 }
