@@ -69,11 +69,11 @@ func (r *rollout) webPort() int32 {
 // proxies of other nodes that had not heard of the move yet: later is
 // when it may stop, zero when nothing waits. The sync that switched does
 // not wait for that with the environment's lock held: the next deploy's
-// staging may begin meanwhile.
-func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, out Outcome) (later time.Time, err error) {
-	running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
-	if err != nil || out.Serving == 0 {
-		return later, err
+// staging may begin meanwhile. running is what ran when the sync began:
+// what it started since is needed.
+func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, in Instance, out Outcome, running []supervisor.Status) (later time.Time, err error) {
+	if out.Serving == 0 {
+		return later, nil
 	}
 	for _, gen := range unneeded(running, in, out) {
 		if at, ok := p.left.at(g.Id, gen); ok {

@@ -155,7 +155,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 			}
 		}
 	}
-	out.TidyAt, err = p.tidy(ctx, drv, g, in, out)
+	out.TidyAt, err = p.tidy(ctx, drv, g, in, out, running)
 	return out, err
 }
 
