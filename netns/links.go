@@ -3,6 +3,7 @@ package netns
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 )
@@ -161,4 +162,10 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// Neighbor is an address on a bridge and the MAC that holds it.
+type Neighbor struct {
+	Addr netip.Addr
+	MAC  net.HardwareAddr
 }

@@ -2,7 +2,10 @@
 
 package netns
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // EnsureBridge returns ErrNotSupported on this OS.
 func (h *Host) EnsureBridge(ctx context.Context, b Bridge) (BridgeChanges, error) {
@@ -30,4 +33,9 @@ func (h *Host) EnsurePort(ctx context.Context, bridge, name string) (bool, error
 
 func (h *Host) EnsureRoutes(ctx context.Context, want []Route) (bool, error) {
 	return false, ErrNotSupported
+}
+
+// CorrectNeighbors returns ErrNotSupported on this OS.
+func (h *Host) CorrectNeighbors(ctx context.Context, bridge string, want []Neighbor) ([]netip.Addr, error) {
+	return nil, ErrNotSupported
 }

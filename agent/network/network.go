@@ -379,6 +379,7 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	}
 	groups := map[string][]netip.Addr{}
 	var ports []l2filter.Port
+	var neighbors []netns.Neighbor
 	for _, g := range guests {
 		addr, err := netip.ParseAddr(g.Address)
 		if err != nil || g.DesiredState == corpusv1.DesiredDeleted || !gw.Contains(addr) {
@@ -398,6 +399,7 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 		}
 		desired.Ports = append(desired.Ports, nat.GuestPort{Iface: hostInterface(g.Id), Addr: addr})
 		ports = append(ports, l2filter.Port{Iface: hostInterface(g.Id), MAC: guestMAC(g.Id), Addr: addr})
+		neighbors = append(neighbors, netns.Neighbor{Addr: addr, MAC: guestMAC(g.Id)})
 		for _, p := range g.GetSpec().GetPorts() {
 			desired.Forwards = append(desired.Forwards, nat.Forward{
 				Proto: p.Protocol, HostPort: int(p.HostPort), GuestAddr: addr, GuestPort: int(p.GuestPort),
@@ -411,6 +413,12 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	// their ports send nothing.
 	if _, err := n.l2.Apply(ctx, ports); err != nil {
 		errs = append(errs, fmt.Errorf("layer-2 filter: %w", err))
+	}
+	// A guest given the address of one deleted moments ago is reached
+	// at once, not once the node's neighbour entry of the old one ages
+	// out (a scale-up right after a scale-down met 30 s of timeouts).
+	if _, err := n.host.CorrectNeighbors(ctx, n.bridge, neighbors); err != nil {
+		errs = append(errs, fmt.Errorf("neighbours: %w", err))
 	}
 	if err := n.nat.Apply(ctx, desired); err != nil {
 		errs = append(errs, fmt.Errorf("nat: %w", err))
