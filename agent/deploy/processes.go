@@ -224,9 +224,6 @@ func (e *errStart) Error() string { return e.msg }
 // startGeneration starts a release's processes as generation gen and,
 // when there is a web process, waits until it answers on its new port.
 func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *corpusv1.Guest, project string, env *corpusv1.ProjectEnv, instance uint32, spec runSpec, gen string, say func(string, ...any)) (*rollout, error) {
-	if err := p.runtime.Ensure(ctx, drv, g.Name); err != nil {
-		return nil, err
-	}
 	spec = spec.on(env.GetScale(), instance)
 	r := &rollout{p: p, drv: drv, guest: g, project: project, env: env.GetName(), instance: instance, gen: gen, spec: spec, say: say}
 	if len(env.GetInstances()) > 0 {
@@ -234,16 +231,20 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 	}
 	procs := append([]supervisor.Process(nil), spec.Processes...)
 	if spec.web() {
+		// The supervisor started (if need be) and asked for a port by
+		// one run of it.
 		var ports []int
 		ports, r.oldPort = webPorts(env)
-		res, err := p.runtime.Call(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpFreePort, Ports: ports})
-		if err == nil && res.Error != "" {
-			err = errors.New(res.Error)
-		}
+		res, err := p.runtime.EnsureCall(ctx, drv, g.Name, supervisor.Request{Op: supervisor.OpFreePort, Ports: ports})
 		if err != nil {
-			return nil, fmt.Errorf("finding a port for web: %w", err)
+			return nil, err
+		}
+		if res.Error != "" {
+			return nil, fmt.Errorf("finding a port for web: %s", res.Error)
 		}
 		r.port = res.Port
+	} else if err := p.runtime.Ensure(ctx, drv, g.Name); err != nil {
+		return nil, err
 	}
 	for i := range procs {
 		if procs[i].Name == "web" {

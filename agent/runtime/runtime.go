@@ -121,50 +121,80 @@ func run(ctx context.Context, x Execer, guest string, stdin io.Reader, argv ...s
 // is in place (every deploy but a guest's first), one exec looks and
 // starts it; else the install's last exec starts it.
 func (r *Runtime) Ensure(ctx context.Context, x Execer, guest string) error {
-	return r.place(ctx, x, guest, true)
+	_, err := r.place(ctx, x, guest, "start", nil)
+	return err
+}
+
+// EnsureCall is Ensure, then Call with req: where the binary is in
+// place, one exec looks, and one run of it starts the supervisor (when
+// it is not running) and asks (corpus-supervisor start-ctl).
+func (r *Runtime) EnsureCall(ctx context.Context, x Execer, guest string, req supervisor.Request) (*supervisor.Response, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.place(ctx, x, guest, "start-ctl", b)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil { // installed (and started) just now
+		return r.Call(ctx, x, guest, req)
+	}
+	return answer(guest, out)
 }
 
 // Install puts the supervisor binary in the guest when it is missing or
 // another build, without starting it (corpus-supervisor tty needs only
 // the binary).
 func (r *Runtime) Install(ctx context.Context, x Execer, guest string) error {
-	return r.place(ctx, x, guest, false)
+	_, err := r.place(ctx, x, guest, "", nil)
+	return err
 }
 
 // lookScript prints "absent" unless the binary ($1) is the build with
-// sha256 $2; when it is and $3 is "start", it starts it. It reads the
-// sum placeScript checked and wrote beside the binary ($1.sum), not the
-// binary: hashing it (or reading it at all) on every deploy took 70 to
-// 270 ms of each start step in a guest held to a tenth of a CPU. A
-// binary placed without a sum file (an older agent) is absent; one
-// placed by an older or newer build has that build's sum.
+// sha256 $2; when it is and $3 is a command (start, start-ctl), it runs
+// it. It reads the sum placeScript checked and wrote beside the binary
+// ($1.sum), not the binary: hashing it (or reading it at all) on every
+// deploy took 70 to 270 ms of each start step in a guest held to a
+// tenth of a CPU. A binary placed without a sum file (an older agent) is
+// absent; one placed by an older or newer build has that build's sum.
 const lookScript = `read -r sum 2>/dev/null <"$1.sum" && [ "$sum" = "$2" ] && [ -x "$1" ] || { echo absent; exit 0; }
-[ "$3" = start ] || exit 0
-exec "$1" start`
+[ -n "$3" ] || exit 0
+exec "$1" "$3"`
 
 // place makes sure the guest holds this host's supervisor binary and,
-// with start, that it runs.
-func (r *Runtime) place(ctx context.Context, x Execer, guest string, start bool) error {
+// with command, runs it (start, or start-ctl with the request in) and
+// returns its output; that output is nil when the binary was installed
+// now (started when command is not empty, not asked).
+func (r *Runtime) place(ctx context.Context, x Execer, guest, command string, in []byte) ([]byte, error) {
 	defer r.installs.Lock(guest)()
 	want, err := r.binaryHash()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	startArg, doing := "", "looking for"
-	if start {
-		startArg, doing = "start", "starting"
+	doing := "looking for"
+	if command != "" {
+		doing = "starting"
 	}
-	out, err := run(ctx, x, guest, nil, "sh", "-c", lookScript, "sh", supervisor.Binary, want, startArg)
+	var stdin io.Reader
+	if in != nil {
+		stdin = bytes.NewReader(in)
+	}
+	out, err := run(ctx, x, guest, stdin, "sh", "-c", lookScript, "sh", supervisor.Binary, want, command)
 	if err != nil {
-		return fmt.Errorf("%s the supervisor in guest %s: %w", doing, guest, err)
+		return nil, fmt.Errorf("%s the supervisor in guest %s: %w", doing, guest, err)
 	}
 	if strings.TrimSpace(string(out)) != "absent" {
-		return nil
+		return out, nil
+	}
+	startArg := ""
+	if command != "" {
+		startArg = "start"
 	}
 	if err := r.install(ctx, x, guest, want, startArg); err != nil {
-		return fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
+		return nil, fmt.Errorf("installing the supervisor in guest %s: %w", guest, err)
 	}
-	return nil
+	return nil, nil
 }
 
 // placeScript follows a copy of the binary at $1: it checks the copy has

@@ -241,3 +241,41 @@ func TestStatus(t *testing.T) {
 		t.Errorf("Status with a supervisor = %+v, %v in %d execs in all; want web of r3 in 1 more", got, err, len(c.inputs))
 	}
 }
+
+// TestEnsureCall starts the supervisor and asks it in one exec where the
+// binary is in place (corpus-supervisor start-ctl); where it is not, the
+// install starts it and a ctl asks.
+func TestEnsureCall(t *testing.T) {
+	root := guestRoot(t)
+	c := &chrootExec{root: root}
+	bin := filepath.Join(t.TempDir(), "corpus-supervisor")
+	script := `#!/bin/sh
+case "$1" in
+start) echo started >> /started ;;
+start-ctl) echo started >> /started; cat > /request; echo '{"port":8081}' ;;
+ctl) cat > /request; echo '{"port":8082}' ;;
+esac
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runtime{Binary: bin}
+	req := supervisor.Request{Op: supervisor.OpFreePort, Ports: []int{80, 81}}
+	ctx := context.Background()
+	res, err := r.EnsureCall(ctx, streamingExec{c}, "g", req)
+	if err != nil || res.Port != 8082 || len(c.inputs) != 3 {
+		t.Fatalf("EnsureCall without the binary = %+v, %v in %d execs; want the ctl's answer after the look and the install", res, err, len(c.inputs))
+	}
+	res, err = r.EnsureCall(ctx, streamingExec{c}, "g", req)
+	if err != nil || res.Port != 8081 || len(c.inputs) != 4 {
+		t.Fatalf("EnsureCall with the binary in place = %+v, %v in %d execs in all; want start-ctl's answer in 1 more", res, err, len(c.inputs))
+	}
+	got, _ := os.ReadFile(filepath.Join(root, "request"))
+	var sent supervisor.Request
+	if json.Unmarshal(got, &sent) != nil || sent.Op != supervisor.OpFreePort || len(sent.Ports) != 2 {
+		t.Errorf("the request start-ctl read: %q", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "started")); bytes.Count(b, []byte("started")) != 2 {
+		t.Errorf("started %q, want twice (the install, then start-ctl)", b)
+	}
+}

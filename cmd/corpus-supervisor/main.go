@@ -5,6 +5,7 @@
 //	corpus-supervisor daemon    serve in the foreground
 //	corpus-supervisor start     start the daemon in the background, once
 //	corpus-supervisor ctl       send the JSON request on stdin, print the answer
+//	corpus-supervisor start-ctl start, then ctl
 //	corpus-supervisor follow    send the follow request on stdin, copy the stream
 //	corpus-supervisor tty CMD [ARGS...]  run CMD with stdin as its controlling terminal
 //	corpus-supervisor env DIR ENVFILE CMD [ARGS...]  run CMD with the environment of the release in DIR
@@ -48,7 +49,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|chroot|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|start-ctl|follow|tty|env|chroot|version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -63,28 +64,12 @@ func main() {
 			os.Exit(1)
 		}
 	case "start":
-		self, err := os.Executable()
-		if err == nil {
-			err = supervisor.Detach(self, supervisor.Socket, supervisor.BootMarker, supervisor.LogDir+"/supervisor.log", 10*time.Second)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
-			os.Exit(1)
-		}
+		start()
 	case "ctl":
-		var req supervisor.Request
-		if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
-			fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
-			os.Exit(2)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		res, err := supervisor.Call(ctx, supervisor.Socket, req)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
-			os.Exit(3)
-		}
-		json.NewEncoder(os.Stdout).Encode(res)
+		ctl()
+	case "start-ctl":
+		start()
+		ctl()
 	case "follow":
 		var req supervisor.Request
 		if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
@@ -100,7 +85,37 @@ func main() {
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|follow|tty|env|chroot|version")
+		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|start-ctl|follow|tty|env|chroot|version")
 		os.Exit(2)
 	}
+}
+
+// start starts the daemon in the background unless it runs, and waits
+// until it answers.
+func start() {
+	self, err := os.Executable()
+	if err == nil {
+		err = supervisor.Detach(self, supervisor.Socket, supervisor.BootMarker, supervisor.LogDir+"/supervisor.log", 10*time.Second)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		os.Exit(1)
+	}
+}
+
+// ctl sends the request on stdin to the daemon and prints its answer.
+func ctl() {
+	var req supervisor.Request
+	if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
+		fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := supervisor.Call(ctx, supervisor.Socket, req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corpus-supervisor:", err)
+		os.Exit(3)
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
 }
