@@ -29,8 +29,10 @@ An environment runs as many guests as its largest count; instance i runs the
 process types scaled to i or more, so web=3 worker=1 is three guests, each
 running web, the first running worker too. New guests are placed apart
 (spread over zones, then nodes), deployed with the serving release, and the
-proxy balances the environment's domains over every instance's web. Deploys
-then roll through the instances (--max-parallel at a time, one by default).
+proxy balances the environment's domains over every instance's web. A deploy
+builds on the first instance while every other one stages the release beside
+its old processes, then moves the others' traffic to it --max-parallel
+instances at a time (one by default).
 
 An environment that keeps data on a volume runs one instance unless
 --shared-nothing says each instance may have an empty volume of its own.`,
@@ -81,7 +83,7 @@ An environment that keeps data on a volume runs one instance unless
 	}
 	cmd.Flags().StringVar(&env, "env", "", "the project's environment (needed when it has several)")
 	cmd.Flags().BoolVar(&sharedNothing, "shared-nothing", false, "let an environment with a data volume run several instances, each with an empty volume of its own")
-	cmd.Flags().Uint32Var(&maxParallel, "max-parallel", 0, "how many instances a deploy rolls at once (kept when 0)")
+	cmd.Flags().Uint32Var(&maxParallel, "max-parallel", 0, "how many instances a deploy switches to the release at once (kept when 0)")
 	return cmd
 }
 
