@@ -242,8 +242,33 @@ func TestScale(t *testing.T) {
 		}
 	}
 
-	// Blue-green under load: every instance starts r4 beside r2, then
-	// every answer is r4 at once; switch back: every answer r2 at once.
+	// A release the first instance cannot install, while the others
+	// stage it: nothing switched, the push is refused, and what the
+	// others staged stops.
+	l.commitScaleSite("four", `[ "$(hostname)" != hello-dev ] || { echo "no room on the first"; exit 1; }`)
+	out, err = l.push()
+	if err == nil || !strings.Contains(out, "no room on the first") {
+		t.Fatalf("a push the first instance refuses: %v\n%s", err, out)
+	}
+	if !containsAll(out, "instance 2 still serves r2", "instance 3 still serves r2", "still serves r2") {
+		t.Errorf("push output does not say the instances still serve r2:\n%s", out)
+	}
+	eventually(t, 30*time.Second, "the staged r4 stopped on every instance", func() error {
+		for _, p := range l.ps() {
+			if p.Release != "r2" {
+				return fmt.Errorf("still running: %+v", p)
+			}
+		}
+		return nil
+	})
+	for range 9 {
+		if got := l.page(); got != "200 version two" {
+			t.Fatalf("after the push the first refused: %q", got)
+		}
+	}
+
+	// Blue-green under load: every instance starts r5 beside r2, then
+	// every answer is r5 at once; switch back: every answer r2 at once.
 	releases := func(n int) map[string]int {
 		count := map[string]int{}
 		for range n {
@@ -263,12 +288,12 @@ func TestScale(t *testing.T) {
 	start = time.Now()
 	out = c.mustCLI("deploy", "hello", "--strategy", "blue-green", "--keep", "20s")
 	t.Logf("blue-green deploy of 3 instances: %s", time.Since(start).Round(100*time.Millisecond))
-	for _, want := range []string{"-----> stage", "instance 2 (hello-dev-2 on", "staged r4", "every domain -> r4; r2 stands by", "r4 is live"} {
+	for _, want := range []string{"-----> stage", "instance 2 (hello-dev-2 on", "staged r5", "every domain -> r5; r2 stands by", "r5 is live"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("blue-green output lacks %q:\n%s", want, out)
 		}
 	}
-	if got := releases(30); got["r4"] != 30 {
+	if got := releases(30); got["r5"] != 30 {
 		t.Errorf("after the blue-green switch: %v", got)
 	}
 	start = time.Now()
@@ -288,7 +313,7 @@ func TestScale(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "the standby's processes stopped", func() error {
 		for _, p := range l.ps() {
-			if p.Release == "r4" {
+			if p.Release == "r5" {
 				return fmt.Errorf("still running: %+v", p)
 			}
 		}
