@@ -112,7 +112,7 @@ func (p *Pipeline) drainInFlight(ctx context.Context, drv drivers.Driver, g *cor
 		if spec, ok, err := readRunSpec(ctx, drv, g.Name, project, st.Release); err == nil && ok && spec.Grace > 0 {
 			grace = time.Duration(spec.Grace)
 		}
-		p.drain(target, time.Time{}, 0, grace)
+		p.waitInFlight(target, grace)
 		return
 	}
 }

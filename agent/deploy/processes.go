@@ -430,7 +430,8 @@ func (p *Pipeline) proxyTargets(target string) bool {
 // before), keep running and serving.
 func (r *rollout) retireOthers(ctx context.Context, standby string) {
 	if r.moved && standby == "" {
-		r.p.drain(net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort))), r.movedAt, r.settle, time.Duration(r.spec.Grace))
+		time.Sleep(r.settle - time.Since(r.movedAt)) // none when spent
+		r.p.waitInFlight(net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort))), time.Duration(r.spec.Grace))
 	}
 	st, err := r.p.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
 	if err != nil {
@@ -455,13 +456,10 @@ func (r *rollout) retireOthers(ctx context.Context, standby string) {
 	}
 }
 
-// drain waits until the web at target (host:port) that the routes left
-// at movedAt gets nothing new and has answered what it was asked: settle
-// from movedAt (other nodes' proxies hear of the move later than this
-// node's), then the requests this node's proxy has in flight to it, up
-// to grace.
-func (p *Pipeline) drain(target string, movedAt time.Time, settle, grace time.Duration) {
-	time.Sleep(settle - time.Since(movedAt)) // none when spent
+// waitInFlight waits until the web at target (host:port), which the
+// routes left, has answered the requests this node's proxy has in
+// flight to it, up to grace.
+func (p *Pipeline) waitInFlight(target string, grace time.Duration) {
 	if p.proxy == nil {
 		return
 	}

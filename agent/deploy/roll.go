@@ -180,20 +180,22 @@ func (d *deploy) unroll(indexes []uint32) {
 	wg.Wait()
 }
 
+// rollInstance sets the release instance index serves and waits until
+// it does.
 func (d *deploy) rollInstance(index, release uint32) (*corpusv1.RollInstanceResponse, error) {
-	return coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.RollInstanceResponse], error) {
-		return c.RollInstance(d.ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{
-			Project: d.project, Env: d.env.Name, Instance: index, Release: release, WaitSeconds: int64(rollWait / time.Second),
-		}))
-	})
+	return d.setInstance(d.ctx, index, release, false)
 }
 
 // stageInstance has instance index stage release beside what it serves
 // (0: nothing staged), and waits until it has.
 func (d *deploy) stageInstance(ctx context.Context, index, release uint32) (*corpusv1.RollInstanceResponse, error) {
+	return d.setInstance(ctx, index, release, true)
+}
+
+func (d *deploy) setInstance(ctx context.Context, index, release uint32, stage bool) (*corpusv1.RollInstanceResponse, error) {
 	return coordCall(d.p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.RollInstanceResponse], error) {
 		return c.RollInstance(ctx, connect.NewRequest(&corpusv1.RollInstanceRequest{
-			Project: d.project, Env: d.env.Name, Instance: index, Release: release, Stage: true, WaitSeconds: int64(rollWait / time.Second),
+			Project: d.project, Env: d.env.Name, Instance: index, Release: release, Stage: stage, WaitSeconds: int64(rollWait / time.Second),
 		}))
 	})
 }
