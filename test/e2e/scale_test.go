@@ -26,6 +26,20 @@ worker: while :; do sleep 1; done
 	l.git("commit", "-q", "-m", "scale site "+version)
 }
 
+// onlyRelease waits until every process of every instance (corpus ps)
+// is of release rel.
+func (l *deployLab) onlyRelease(rel string, within time.Duration, what string) {
+	l.t.Helper()
+	eventually(l.t, within, what, func() error {
+		for _, p := range l.ps() {
+			if p.Release != rel {
+				return fmt.Errorf("still running: %+v", p)
+			}
+		}
+		return nil
+	})
+}
+
 type instanceView struct {
 	Index      uint32   `json:"index"`
 	GuestName  string   `json:"guest_name"`
@@ -209,14 +223,7 @@ func TestScale(t *testing.T) {
 	l.waitInstances(3, 2, 30*time.Second)
 	// Each instance's r1 stops once other proxies had time to hear of
 	// the move (the switch itself does not wait for that).
-	eventually(t, 20*time.Second, "r1's processes stopped on every instance", func() error {
-		for _, p := range l.ps() {
-			if p.Release != "r2" {
-				return fmt.Errorf("still running: %+v", p)
-			}
-		}
-		return nil
-	})
+	l.onlyRelease("r2", 20*time.Second, "r1's processes stopped on every instance")
 	for range 9 {
 		if got := l.page(); got != "200 version two" {
 			t.Fatalf("after the rolling push: %q", got)
@@ -250,17 +257,10 @@ func TestScale(t *testing.T) {
 	if err == nil || !strings.Contains(out, "no room on the first") {
 		t.Fatalf("a push the first instance refuses: %v\n%s", err, out)
 	}
-	if !containsAll(out, "instance 2 still serves r2", "instance 3 still serves r2", "still serves r2") {
+	if !containsAll(out, "instance 2 still serves r2", "instance 3 still serves r2", "Push rejected: hello/dev still serves r2") {
 		t.Errorf("push output does not say the instances still serve r2:\n%s", out)
 	}
-	eventually(t, 30*time.Second, "the staged r4 stopped on every instance", func() error {
-		for _, p := range l.ps() {
-			if p.Release != "r2" {
-				return fmt.Errorf("still running: %+v", p)
-			}
-		}
-		return nil
-	})
+	l.onlyRelease("r2", 30*time.Second, "the staged r4 stopped on every instance")
 	for range 9 {
 		if got := l.page(); got != "200 version two" {
 			t.Fatalf("after the push the first refused: %q", got)
