@@ -275,7 +275,10 @@ func (q quarantineGit) output(args ...string) ([]byte, error) {
 // inspectPush checks a pushed commit against the project contract before
 // anything happens, so a bad push changes nothing.
 func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manifest.Manifest, string, error) {
-	subject, err := g.output("log", "-1", "--format=%s", commit)
+	// --no-walk: an instance's repository holds the commit and its tree,
+	// not its parents (a push refused before it never reached it), and
+	// log -1 reads the parents all the same.
+	subject, err := g.output("log", "--no-walk", "--format=%s", commit)
 	if err != nil {
 		return nil, nil, "", err
 	}
