@@ -97,6 +97,9 @@ type deploy struct {
 	// staging is the other instances staging the release while this
 	// one builds it (a rolling deploy's first instance), nil otherwise.
 	staging *staging
+	// retireLater is the end of a deploy that succeeded left for after
+	// the caller's answer (see finish, endLock), nil otherwise.
+	retireLater func()
 	// instance is the environment's instance deployed (0: the first,
 	// which records the release and rolls the others).
 	instance uint32
@@ -143,7 +146,8 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *githook.Req
 	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a push by %s since %s", sess.user, time.Now().Format(time.TimeOnly))); !ok {
 		return reject("another deploy of %s is running (%s); push again when it ends", key, holder)
 	}
-	defer p.envLocks.Unlock(key)
+	var d *deploy
+	defer func() { p.endLock(key, d) }()
 
 	repo := filepath.Join(p.git.root, sess.project+"-"+env.Name+".git")
 	g := quarantineGit{repo: repo, req: req}
@@ -153,7 +157,7 @@ func (p *Pipeline) push(ctx context.Context, sess *pushSession, req *githook.Req
 	}
 	p.sources.set(key, g)
 	defer p.sources.drop(key)
-	d := &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
+	d = &deploy{p: p, ctx: ctx, project: sess.project, env: env, tree: t, man: man, out: out, log: &bytes.Buffer{}}
 	d.strategy, d.keepFor = man.Strategy("", 0)
 	if d.guest, d.driver, err = p.guestForExec(env.GuestName); err != nil {
 		return reject("%v", err)

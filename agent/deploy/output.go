@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -17,6 +18,14 @@ func (d *deploy) say(format string, args ...any) {
 	defer d.sayMu.Unlock()
 	d.out.Write([]byte(line))
 	d.keep(line)
+}
+
+// detach stops sending what the deploy says to its caller (the push's
+// hook or the call's stream, which may be gone); the log keeps it.
+func (d *deploy) detach() {
+	d.sayMu.Lock()
+	defer d.sayMu.Unlock()
+	d.out = io.Discard
 }
 
 // keep records s; the caller holds sayMu.

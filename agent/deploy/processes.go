@@ -383,6 +383,12 @@ func (r *rollout) switchTraffic(ctx context.Context) error {
 	return r.waitMoved()
 }
 
+// settling says whether the routes moved from the old web less than
+// settle ago: retiring it waits for the rest.
+func (r *rollout) settling() bool {
+	return r != nil && r.moved && time.Since(r.movedAt) < r.settle
+}
+
 // markMoved records that the routes point at the new port from now.
 func (r *rollout) markMoved() { r.moved, r.movedAt = true, time.Now() }
 

@@ -86,7 +86,8 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	if holder, ok := p.envLocks.Lock(ctx, key, fmt.Sprintf("a %s by %s since %s", r.Trigger, m.Author, time.Now().Format(time.TimeOnly))); !ok {
 		return 0, connect.NewError(connect.CodeAborted, fmt.Errorf("%s is busy (%s); try again when it ends", key, holder))
 	}
-	defer p.envLocks.Unlock(key)
+	var d *deploy
+	defer func() { p.endLock(key, d) }()
 	g, drv, err := p.guestForExec(corpusv1.InstanceGuestName(r.Project, r.Env, m.Instance))
 	if err != nil {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, err)
@@ -106,7 +107,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		return 0, connect.NewError(connect.CodeInvalidArgument, err)
 	} else if ref != "" {
 		man, t := imageDeploy()
-		d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man, tree: t,
+		d = &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, man: man, tree: t,
 			out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
 		d.strategy, d.keepFor = man.Strategy(r.Strategy, r.KeepSeconds)
 		return p.deployImage(d, r, m.Author, ref, pull)
@@ -122,7 +123,7 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	}
 	// The deploy runs to its end even if the caller goes away, as a push
 	// does; what it says is then lost, not the deploy.
-	d := &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
+	d = &deploy{p: p, ctx: life, guest: g, driver: drv, project: r.Project, env: env, tree: t, man: man,
 		out: out, log: &bytes.Buffer{}, known: m.Releases, prev: cur, only: r.Only}
 	d.strategy, d.keepFor = man.Strategy(r.Strategy, r.KeepSeconds)
 	if err := d.resolveUser(); err != nil {
@@ -152,6 +153,23 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s failed; %s still serves", d.name(), corpusv1.ReleaseName(cur.Number)))
 	}
 	return d.release.Number, nil
+}
+
+// endLock lets an environment's lock go at the end of a user's call: at
+// once, or, when its deploy left its end for later (retireLater), once
+// that is done, held meanwhile as background work (a push then waits
+// for it rather than being refused).
+func (p *Pipeline) endLock(key string, d *deploy) {
+	if d == nil || d.retireLater == nil {
+		p.envLocks.Unlock(key)
+		return
+	}
+	p.envLocks.Demote(key, "the processes before a deploy retiring")
+	d.detach() // the caller has its answer: its stream may be gone
+	go func() {
+		defer p.envLocks.Unlock(key)
+		d.retireLater()
+	}()
 }
 
 // restart rolls the serving release's processes (only those named, when

@@ -51,7 +51,7 @@ func (l *Locks) TryBackground(key, what string) bool {
 	return l.take(key, what, true) == nil
 }
 
-// take takes key, or returns what holds it.
+// take takes key, or returns a copy of what holds it.
 func (l *Locks) take(key, what string, background bool) *hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -59,10 +59,22 @@ func (l *Locks) take(key, what string, background bool) *hold {
 		l.busy = map[string]*hold{}
 	}
 	if h, busy := l.busy[key]; busy {
-		return h
+		c := *h
+		return &c
 	}
 	l.busy[key] = &hold{what: what, background: background, done: make(chan struct{})}
 	return nil
+}
+
+// Demote makes the user's call holding key background work what (the
+// end of a deploy that need not keep its caller waiting): a user's call
+// then waits for it instead of being refused.
+func (l *Locks) Demote(key, what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h, ok := l.busy[key]; ok {
+		h.what, h.background = what, true
+	}
 }
 
 // Unlock lets key go.

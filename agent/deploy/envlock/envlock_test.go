@@ -50,3 +50,29 @@ func TestEnvLocks(t *testing.T) {
 		t.Errorf("a deploy whose caller went = %q, %v; want refused, the sync named", holder, ok)
 	}
 }
+
+// TestDemote: a push's end demoted to background work keeps the
+// environment (a sync is turned away) and makes the next push wait for
+// it rather than be refused.
+func TestDemote(t *testing.T) {
+	var l Locks
+	if _, ok := l.Lock(t.Context(), "p/dev", "a push"); !ok {
+		t.Fatal("a free environment refused a push")
+	}
+	l.Demote("p/dev", "old processes retiring")
+	if l.TryBackground("p/dev", "a sync") {
+		t.Error("a sync took an environment a demoted push holds")
+	}
+	// A push whose caller gives up at once: refused after waiting (the
+	// holder named as the background work), not refused by a push.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if holder, ok := l.Lock(ctx, "p/dev", "the next push"); ok || holder != "old processes retiring" {
+		t.Errorf("the next push = %q, %v; want it to wait for the retiring processes", holder, ok)
+	}
+	l.Unlock("p/dev")
+	if _, ok := l.Lock(t.Context(), "p/dev", "the next push"); !ok {
+		t.Error("the next push was refused once the demoted one let go")
+	}
+	l.Unlock("p/dev")
+}
