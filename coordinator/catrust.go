@@ -244,12 +244,29 @@ func (s *Server) clusterCA(view *state.Snap) (*pki.CA, error) {
 }
 
 // pins are the pin of the CA of the replica's own certificate and those
-// of the CAs it trusts, as it registers them.
+// of the CAs it trusts, as it registers them. The registration compares
+// them on every change of the state; finding the issuer checks
+// signatures, so the answer is kept until the certificate or the trusted
+// CAs change.
 func (c *certs) pins() (own string, trusted []string) {
-	if issuer := pki.IssuerOf(c.keys.Get().Leaf, c.trust.Certs()); issuer != nil {
+	leaf, cas := c.keys.Get().Leaf, c.trust.Certs()
+	if m := c.pinMemo.Load(); m != nil && m.leaf == leaf && slices.Equal(m.cas, cas) {
+		return m.own, m.trusted
+	}
+	if issuer := pki.IssuerOf(leaf, cas); issuer != nil {
 		own = pki.Pin(issuer)
 	}
-	return own, c.trust.Pins()
+	trusted = pki.Pins(cas)
+	c.pinMemo.Store(&pinMemo{leaf: leaf, cas: cas, own: own, trusted: trusted})
+	return own, trusted
+}
+
+// pinMemo is what pins answered for one certificate and set of CAs.
+type pinMemo struct {
+	leaf    *x509.Certificate
+	cas     []*x509.Certificate
+	own     string
+	trusted []string
 }
 
 // retiredFile lists the pins of the CAs rotated out of this replica.

@@ -293,11 +293,9 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 // state's own index as it was; and Raft's applied index may run ahead
 // of the state machine. It says whether the replica got there.
 func (s *Server) waitApplied(ctx context.Context, idx uint64) bool {
-	deadline := time.Now().Add(30 * time.Second)
-	for s.store.Applied() < idx && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(2 * time.Millisecond)
-	}
-	return s.store.Applied() >= idx
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s.store.WaitApplied(ctx, idx)
 }
 
 // seenForwarder passes heartbeats received on a follower to the leader,

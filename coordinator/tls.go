@@ -58,6 +58,8 @@ type certs struct {
 	// covers beside pki.ServerName (see sanNames).
 	ips      []net.IP
 	dnsNames []string
+	// pinMemo keeps pins' last answer.
+	pinMemo atomic.Pointer[pinMemo]
 }
 
 // loadCerts reads (or creates) the cluster CA and this replica's

@@ -25,6 +25,10 @@ type Store struct {
 	// applied, whatever its outcome (the state's own index moves only
 	// with successful writes).
 	applied atomic.Uint64
+	// appliedCh is closed when applied next moves (nil while no one
+	// waits: see WaitApplied); appliedMu guards it.
+	appliedMu sync.Mutex
+	appliedCh chan struct{}
 	// appliedTime is the cluster's time: the latest stamp of an applied
 	// entry (see FSM.clusterTime).
 	appliedTime atomic.Pointer[timestamppb.Timestamp]
@@ -92,8 +96,41 @@ func (s *Store) Write() *memdb.Txn { return s.memdb().Txn(true) }
 // View reads through txn, a write transaction's own writes included.
 func View(txn *memdb.Txn) *Snap { return &Snap{txn: txn, ws: memdb.NewWatchSet()} }
 
-// SetApplied records the Raft index of the last entry applied.
-func (s *Store) SetApplied(index uint64) { s.applied.Store(index) }
+// SetApplied records the Raft index of the last entry applied and wakes
+// those waiting in WaitApplied.
+func (s *Store) SetApplied(index uint64) {
+	s.applied.Store(index)
+	s.appliedMu.Lock()
+	if s.appliedCh != nil {
+		close(s.appliedCh)
+		s.appliedCh = nil
+	}
+	s.appliedMu.Unlock()
+}
+
+// WaitApplied blocks until Applied reaches index, or ctx ends; it says
+// whether Applied got there. A follower answering a write it passed to
+// the leader waits here for the entry to be applied locally: at once
+// when the entry is, not at a poll's next tick.
+func (s *Store) WaitApplied(ctx context.Context, index uint64) bool {
+	for {
+		s.appliedMu.Lock()
+		if s.applied.Load() >= index {
+			s.appliedMu.Unlock()
+			return true
+		}
+		if s.appliedCh == nil {
+			s.appliedCh = make(chan struct{})
+		}
+		ch := s.appliedCh
+		s.appliedMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return s.applied.Load() >= index
+		}
+	}
+}
 
 // ClusterTime is the cluster's time as AppliedTime, as the stamp itself:
 // nil before any entry was applied.
