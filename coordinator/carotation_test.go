@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -452,5 +453,38 @@ func TestCARotationWaitsAbortsAndForces(t *testing.T) {
 	}
 	if _, _, err := enroll(tok.Msg.Token, "asleep"); codeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("a rejoin token used twice = %v, want PermissionDenied", err)
+	}
+}
+
+// TestCARotationForcedEndServesTheNewCA: a forced end answers once the
+// replica serves on what it answers. A client that trusts the CA it
+// names, alone, as the CLI does at once (it saves it), reaches the
+// replica right away, and a rejoin token made there pins that CA.
+func TestCARotationForcedEndServesTheNewCA(t *testing.T) {
+	s := start(t, t.TempDir())
+	s.enroll("away")
+	ops := s.ops()
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := ops.cluster.RotateCa(ctx, connect.NewRequest(&corpusv1.RotateCaRequest{})); err != nil {
+			t.Fatalf("rotation %d: RotateCa() = %v", i+1, err)
+		}
+		res, err := ops.cluster.RotateCa(ctx, connect.NewRequest(&corpusv1.RotateCaRequest{Finish: true}))
+		if err != nil {
+			t.Fatalf("rotation %d: RotateCa(finish) = %v", i+1, err)
+		}
+		st := res.Msg.Status
+		cas, err := pki.ParseCerts([]byte(st.TrustedPem))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = clientsAt(rpc.HTTPClient(pki.TrustClientConfig(pki.NewTrust(cas...), nil, pki.RoleCoordinator, "")), s.url(), s.OpsToken())
+		tok, err := ops.nodes.CreateJoinToken(ctx, connect.NewRequest(&corpusv1.CreateJoinTokenRequest{Node: "away"}))
+		if err != nil {
+			t.Fatalf("rotation %d: CreateJoinToken(node away) trusting the CA RotateCa(finish) answered = %v", i+1, err)
+		}
+		if pin := tok.Msg.Token[strings.LastIndex(tok.Msg.Token, ".")+1:]; pin != st.Current.Pin {
+			t.Errorf("rotation %d: the rejoin token pins CA %.16s; want the new one, %.16s", i+1, pin, st.Current.Pin)
+		}
 	}
 }

@@ -106,6 +106,28 @@ func (c *certs) adopt(rec *corpusv1.ClusterCa, open func(sealed []byte, place st
 	return changed, nil
 }
 
+// Took says whether this replica has taken the CAs rec names (adopt):
+// it signs with rec's signer, presents a certificate of it, and trusts
+// rec's CAs alone. A cluster never rotated (rec nil) has none to take.
+func (c *certs) Took(rec *corpusv1.ClusterCa) bool {
+	trustedPEM, signerPEM, ok := rec.Trusted()
+	if !ok {
+		return true
+	}
+	trusted := make([]string, len(trustedPEM))
+	for i, p := range trustedPEM {
+		pin, err := pki.PinOf([]byte(p))
+		if err != nil {
+			return false
+		}
+		trusted[i] = pin
+	}
+	signer := c.Signer()
+	return pki.FindCA([]*pki.CA{signer}, signerPEM) != nil &&
+		pki.IssuerOf(c.keys.Get().Leaf, []*x509.Certificate{signer.Cert}) != nil &&
+		slices.Equal(trusted, c.trust.Pins())
+}
+
 func pinsOf(cas []*pki.CA) []string {
 	out := make([]string, len(cas))
 	for i, ca := range cas {

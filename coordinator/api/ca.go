@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -19,6 +20,10 @@ type Authority interface {
 	Signer() *pki.CA
 	// Held are the CAs whose keys the replica holds, the signer first.
 	Held() []*pki.CA
+	// Took says whether the replica has taken the CAs rec names: it
+	// signs with rec's signer, presents a certificate of it, and
+	// trusts rec's CAs alone.
+	Took(rec *corpusv1.ClusterCa) bool
 }
 
 // CARotations starts, ends and describes rotations of the cluster CA
@@ -29,6 +34,29 @@ type CARotations interface {
 	Force(ctx context.Context) error
 	Abort(ctx context.Context) error
 	Status() (*corpusv1.CaStatus, error)
+}
+
+// caTakeWait is how long WaitCA waits for this replica to take a change
+// of the cluster CAs: a moment, unless it cannot.
+const caTakeWait = 10 * time.Second
+
+// WaitCA waits until this replica has taken the cluster CAs the state
+// names now (it takes them a moment after the write that changed them):
+// a client that trusts what it then says of them reaches it. It is an
+// Unavailable error when the replica has not taken them in time.
+func (b *Backend) WaitCA(ctx context.Context) error {
+	deadline := time.Now().Add(caTakeWait)
+	for !b.CA.Took(b.Store.Read().Config().GetCa()) {
+		if time.Now().After(deadline) {
+			return connect.NewError(connect.CodeUnavailable, errors.New("this coordinator has not taken the cluster CA's change yet; see `corpus operator ca status`"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // NodeTrust is what nodes are given as of view: the CAs trusted, PEM,

@@ -107,7 +107,9 @@ func (s *clusterService) RotateKeyring(ctx context.Context, _ *connect.Request[c
 }
 
 // RotateCa starts, forces or aborts a rotation of the cluster CA
-// (carotation.Rotator); the leader's loop moves it on.
+// (carotation.Rotator); the leader's loop moves it on. It answers once
+// this replica has taken the change: the CLI trusts the CAs answered at
+// once (a forced end, alone the new one) and calls this replica again.
 func (s *clusterService) RotateCa(ctx context.Context, req *connect.Request[corpusv1.RotateCaRequest]) (*connect.Response[corpusv1.RotateCaResponse], error) {
 	r := s.b.CARotations
 	var err error
@@ -122,6 +124,9 @@ func (s *clusterService) RotateCa(ctx context.Context, req *connect.Request[corp
 		err = r.Start(ctx, auth.FromContext(ctx).String())
 	}
 	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	if err := s.b.WaitCA(ctx); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	st, err := r.Status()
