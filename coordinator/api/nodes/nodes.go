@@ -41,6 +41,12 @@ func (s *nodeService) CreateJoinToken(ctx context.Context, req *connect.Request[
 	if ttl == 0 {
 		ttl = defaultTokenTTL
 	}
+	// The token pins the CA that signs: on a replica that has not yet
+	// taken a rotation's step, that would be the previous one, and a
+	// node joining with it would refuse every coordinator.
+	if err := s.b.WaitCA(ctx); err != nil {
+		return nil, api.ToConnect(err)
+	}
 	id, tokSecret := secret.Hex(6), secret.Hex(24)
 	now := s.b.Now()
 	tok := &corpusv1.JoinToken{
