@@ -33,41 +33,41 @@ func TestSnapshotScale(t *testing.T) {
 		s.enroll(fmt.Sprintf("n%d", i)).report(t)
 	}
 	ops := s.ops()
-	var wg sync.WaitGroup
-	errs := make(chan error, 1100)
-	work := make(chan func() error)
-	for range 8 {
-		wg.Go(func() {
-			for f := range work {
-				if err := f(); err != nil {
-					errs <- err
+	// The guests are placed before the projects are made: the nodes'
+	// disk fits the guests exactly, and a project's guest placed before
+	// the last of them left that one pending.
+	run := func(n int, f func(i int) error) {
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		work := make(chan int)
+		for range 8 {
+			wg.Go(func() {
+				for i := range work {
+					if err := f(i); err != nil {
+						errs <- err
+					}
 				}
-			}
-		})
-	}
-	for i := range 1000 {
-		work <- func() error {
-			_, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: fmt.Sprintf("g%d", i),
-				Spec: &corpusv1.GuestSpec{Image: "busybox", Resources: &corpusv1.Resources{CpuMillis: 10, MemoryBytes: 16 << 20}}}))
-			return err
+			})
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
 		}
 	}
-	for i := range 100 {
-		work <- func() error {
-			_, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: fmt.Sprintf("p%d", i), Env: "dev"}))
-			return err
-		}
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	run(1000, func(i int) error {
+		_, err := ops.guests.CreateGuest(ctx, connect.NewRequest(&corpusv1.CreateGuestRequest{Name: fmt.Sprintf("g%d", i),
+			Spec: &corpusv1.GuestSpec{Image: "busybox", Resources: &corpusv1.Resources{CpuMillis: 10, MemoryBytes: 16 << 20}}}))
+		return err
+	})
 	// The scheduler places the guests (and gives them their addresses)
 	// after they are made: the snapshot is of placed guests, each in its
-	// DNS. (The projects' guests ask for disk the nodes do not report,
-	// and stay pending.)
+	// DNS. (The projects' guests, made after, find no disk left and
+	// stay pending.)
 	s.waitFor("every guest g* placed", func(v *state.Snap) bool {
 		for _, g := range v.Guests() {
 			if g.Address == "" && strings.HasPrefix(g.Name, "g") {
@@ -75,6 +75,10 @@ func TestSnapshotScale(t *testing.T) {
 			}
 		}
 		return true
+	})
+	run(100, func(i int) error {
+		_, err := ops.project.CreateProject(ctx, connect.NewRequest(&corpusv1.CreateProjectRequest{Name: fmt.Sprintf("p%d", i), Env: "dev"}))
+		return err
 	})
 	start := time.Now()
 	path, h := saveSnapshot(t, s, snapSecret)
