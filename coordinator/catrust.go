@@ -125,7 +125,14 @@ func (c *certs) Took(rec *corpusv1.ClusterCa) bool {
 	signer := c.Signer()
 	return pki.FindCA([]*pki.CA{signer}, signerPEM) != nil &&
 		pki.IssuerOf(c.keys.Get().Leaf, []*x509.Certificate{signer.Cert}) != nil &&
-		slices.Equal(trusted, c.trust.Pins())
+		slices.Equal(trusted, c.trustedPins())
+}
+
+// trustedPins are the pins of the CAs the replica trusts (pins' second
+// answer).
+func (c *certs) trustedPins() []string {
+	_, trusted := c.pins()
+	return trusted
 }
 
 func pinsOf(cas []*pki.CA) []string {

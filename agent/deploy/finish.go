@@ -83,28 +83,26 @@ func (d *deploy) finish(err error) int {
 	}
 	d.journal.Step = stepFinished
 	d.p.cache.SetDeploy(d.journal)
-	if status == corpusv1.ReleaseSucceeded && d.gen.settling() {
+	if status != corpusv1.ReleaseSucceeded {
+		d.p.cache.EndDeploy(d.journal)
+		return 1
+	}
+	end := func() {
+		d.retire()
+		d.prune()
+		d.p.cache.EndDeploy(d.journal)
+	}
+	if d.gen.settling() {
 		// Every instance serves it; the old web waits out the moment
 		// other nodes' proxies need to hear of the move. The caller
 		// need not: that, and pruning, happen after it has its answer
 		// (retireLater, under the environment's lock).
 		d.say("-----> %s/%s %s is live (%.1fs); the processes before it stop once every node's proxy has moved", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
-		d.retireLater = func() {
-			d.retire()
-			d.prune()
-			d.p.cache.EndDeploy(d.journal)
-		}
+		d.retireLater = end
 		return 0
 	}
-	if status == corpusv1.ReleaseSucceeded {
-		d.retire()
-		d.prune()
-		d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
-	}
-	d.p.cache.EndDeploy(d.journal)
-	if status != corpusv1.ReleaseSucceeded {
-		return 1
-	}
+	end()
+	d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
 	return 0
 }
 

@@ -28,6 +28,8 @@ import (
 	"corpus/internal/version"
 )
 
+const usage = "usage: corpus-supervisor daemon|start|ctl|start-ctl|follow|tty|env|chroot|version"
+
 func main() {
 	if len(os.Args) > 2 && os.Args[1] == "tty" {
 		code, err := supervisor.RunTTY(os.Args[2:])
@@ -49,7 +51,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|start-ctl|follow|tty|env|chroot|version")
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -71,11 +73,7 @@ func main() {
 		start()
 		ctl()
 	case "follow":
-		var req supervisor.Request
-		if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
-			fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
-			os.Exit(2)
-		}
+		req := readRequest()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		defer stop()
 		if err := supervisor.Follow(ctx, supervisor.Socket, req, os.Stdout); err != nil {
@@ -85,7 +83,7 @@ func main() {
 	case "version":
 		fmt.Println(version.Version)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: corpus-supervisor daemon|start|ctl|start-ctl|follow|tty|env|chroot|version")
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
 }
@@ -105,11 +103,7 @@ func start() {
 
 // ctl sends the request on stdin to the daemon and prints its answer.
 func ctl() {
-	var req supervisor.Request
-	if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
-		fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
-		os.Exit(2)
-	}
+	req := readRequest()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := supervisor.Call(ctx, supervisor.Socket, req)
@@ -118,4 +112,14 @@ func ctl() {
 		os.Exit(3)
 	}
 	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// readRequest reads the JSON request on stdin.
+func readRequest() supervisor.Request {
+	var req supervisor.Request
+	if err := json.NewDecoder(io.LimitReader(os.Stdin, 1<<20)).Decode(&req); err != nil {
+		fmt.Fprintln(os.Stderr, "corpus-supervisor: reading the request:", err)
+		os.Exit(2)
+	}
+	return req
 }
