@@ -58,8 +58,17 @@ type test struct {
 	// own are the last lines the test's code logged, one per place in
 	// the code (a helper that logs a daemon's whole log from one line
 	// counts once), kept apart from the tail a long dump pushes out.
+	// An entry holds its continuation lines too (a command's stdout and
+	// stderr a check prints under it), up to more of them.
 	own []string
+	// cont says whether the last log line went into own, so that its
+	// continuation lines follow it there.
+	cont bool
 }
+
+// more is how many continuation lines of one logged check the account
+// keeps.
+const more = 12
 
 func (t *test) add(line string) {
 	if len(t.lines) == tail {
@@ -70,17 +79,29 @@ func (t *test) add(line string) {
 		t.last = s
 	}
 	if isLogLine(line) {
+		t.cont = false
 		at, _, _ := strings.Cut(strings.TrimSpace(line), ": ")
 		for _, o := range t.own {
 			if strings.HasPrefix(o, at+": ") {
 				return
 			}
 		}
+		t.cont = true
 		if len(t.own) == reasons {
 			t.own = slices.Delete(t.own, 0, 1)
 		}
 		t.own = append(t.own, strings.TrimSpace(line))
+		return
 	}
+	// go test indents a logged text's further lines by eight spaces.
+	if t.cont && strings.HasPrefix(line, "        ") {
+		last := &t.own[len(t.own)-1]
+		if strings.Count(*last, "\n") < more {
+			*last += "\n  " + strings.TrimSpace(line)
+		}
+		return
+	}
+	t.cont = false
 }
 
 type printer struct {
@@ -110,8 +131,10 @@ const reasons = 6
 // logs a helper dumps are left to the full output above).
 func (p *printer) account(head string, t *test) {
 	p.failures = append(p.failures, head)
-	for _, l := range t.own {
-		p.failures = append(p.failures, "  "+l)
+	for _, o := range t.own {
+		for l := range strings.SplitSeq(o, "\n") {
+			p.failures = append(p.failures, "  "+l)
+		}
 	}
 }
 

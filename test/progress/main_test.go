@@ -203,3 +203,33 @@ $`; err != nil || !regexp.MustCompile(want).Match(account) {
 		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
 	}
 }
+
+// TestAccountKeepsACheckOutput: a failed check that prints a command's
+// output under its own line (stdout, stderr) keeps those lines in the
+// account, up to a limit; a repeated place in the code still counts once.
+func TestAccountKeepsACheckOutput(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCLI(t *testing.T) {
+	t.Fatalf("corpus project create = exit 1\nstdout: \nstderr: Error: no node has the image\n" + strings.Repeat("more\n", 20))
+}
+`)
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	var out, errs bytes.Buffer
+	if code := run([]string{"-group", "e2e", "-failures", failuresPath}, bytes.NewReader(events), &out, &errs); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	account, err := os.ReadFile(failuresPath)
+	if want := `^\[e2e\] FAIL sample TestCLI \(\d+\.\ds\)
+\[e2e\]   sample_test.go:9: corpus project create = exit 1
+\[e2e\]     stdout:
+\[e2e\]     stderr: Error: no node has the image
+(\[e2e\]     more\n){10}$`; err != nil || !regexp.MustCompile(want).Match(account) {
+		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
+	}
+}
