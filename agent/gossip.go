@@ -19,7 +19,7 @@ func (a *Agent) startGossip() {
 		return
 	}
 	m, err := gossip.Start(gossip.Config{
-		Name: gossip.NodeMember(a.id.NodeID), BindAddr: a.cfg.GossipAddr, AdvertiseHost: a.gossipHost(),
+		Name: gossip.NodeMember(a.id.NodeID, gossip.NewRun()), BindAddr: a.cfg.GossipAddr, AdvertiseHost: a.gossipHost(),
 		ClusterID: a.id.ClusterID, Secret: a.id.AgentKey, Logger: a.cfg.Logger.With("component", "gossip"),
 	})
 	if err != nil {

@@ -20,7 +20,9 @@ import (
 //     is found dead (by this replica's probes or its peers'). That is an
 //     immediate miss: the node is marked down at once, unless it reported
 //     since (then its gossip is broken, not the node, and the deadline
-//     decides).
+//     decides), or another member of it is alive: each agent process is
+//     a member of its own, and a restarted agent's predecessor is often
+//     found dead only after its successor joined.
 //
 // A new leader has no heartbeat history: reset starts every node's
 // deadline afresh (the grace period), and gossip deaths heard before it
@@ -37,11 +39,14 @@ type liveness struct {
 	mu   sync.Mutex
 	last map[string]time.Time // last heartbeat (or grace start), by node id
 	gone map[string]time.Time // when gossip found the node dead, by node id
-	wake chan struct{}
+	// members are the node's gossip members heard alive, by node id.
+	members map[string]map[string]bool
+	wake    chan struct{}
 }
 
 func newLiveness(timeout time.Duration) *liveness {
-	return &liveness{timeout: timeout, last: map[string]time.Time{}, gone: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	return &liveness{timeout: timeout, last: map[string]time.Time{}, gone: map[string]time.Time{},
+		members: map[string]map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func (l *liveness) seen(nodeID string) {
@@ -51,17 +56,29 @@ func (l *liveness) seen(nodeID string) {
 }
 
 // gossip records what the gossip pool says of a member (gossip.Config's
-// OnChange); a death wakes the checker.
+// OnChange); the death of a node's last member alive wakes the checker.
 func (l *liveness) gossip(member string, alive bool) {
 	id, ok := gossip.NodeID(member)
 	if !ok {
 		return
 	}
 	l.mu.Lock()
+	ms := l.members[id]
 	if alive {
+		if ms == nil {
+			ms = map[string]bool{}
+			l.members[id] = ms
+		}
+		ms[member] = true
 		delete(l.gone, id)
 	} else {
-		l.gone[id] = time.Now()
+		delete(ms, member)
+		if len(ms) == 0 {
+			delete(l.members, id)
+			l.gone[id] = time.Now()
+		} else {
+			alive = true // its successor is: nothing to check
+		}
 	}
 	l.mu.Unlock()
 	if !alive {

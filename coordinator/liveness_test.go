@@ -25,7 +25,7 @@ func TestLivenessVerdict(t *testing.T) {
 		{"a heartbeat renews it", func(l *liveness) { l.last["n1"] = t0.Add(11 * time.Second) }, 12 * time.Second, ""},
 		{"gossip finds it dead: at once", func(l *liveness) { l.gone["n1"] = t0.Add(13 * time.Second) }, 13 * time.Second, "found dead by gossip"},
 		{"a heartbeat after the death wins", func(l *liveness) { l.last["n1"] = t0.Add(14 * time.Second) }, 15 * time.Second, ""},
-		{"gossip sees it alive again", func(l *liveness) { l.gossip(gossip.NodeMember("n1"), true) }, 16 * time.Second, ""},
+		{"gossip sees it alive again", func(l *liveness) { l.gossip(gossip.NodeMember("n1", "r1"), true) }, 16 * time.Second, ""},
 		{"dead again", func(l *liveness) { l.gone["n1"] = t0.Add(17 * time.Second) }, 17 * time.Second, "found dead by gossip"},
 		{"a new leader: grace for everyone", func(l *liveness) { l.reset() }, 18 * time.Second, ""},
 		{"a death heard before the failover waits for the deadline", nil, 27 * time.Second, ""},
@@ -76,7 +76,7 @@ func TestLivenessGossipEvents(t *testing.T) {
 	if len(l.gone) != 0 {
 		t.Errorf("a coordinator member's death was taken for a node's: %v", l.gone)
 	}
-	l.gossip(gossip.NodeMember("n1"), false)
+	l.gossip(gossip.NodeMember("n1", "r1"), false)
 	select {
 	case <-l.wake:
 	default:
@@ -84,5 +84,39 @@ func TestLivenessGossipEvents(t *testing.T) {
 	}
 	if _, ok := l.gone["n1"]; !ok {
 		t.Errorf("gone = %v, want n1", l.gone)
+	}
+}
+
+// TestLivenessRestartedAgent: an agent restarted within the time gossip
+// takes to find a member dead joins as a new member before its
+// predecessor is found dead; that death is not the node's. The death of
+// its last member is.
+func TestLivenessRestartedAgent(t *testing.T) {
+	t.Parallel()
+	l := newLiveness(time.Minute)
+	t0 := time.Now()
+	old, next := gossip.NodeMember("n1", "r1"), gossip.NodeMember("n1", "r2")
+	l.gossip(old, true)
+	l.verdict("n1", t0) // first sight
+	l.gossip(next, true)
+	l.gossip(old, false)
+	select {
+	case <-l.wake:
+		t.Errorf("the predecessor's death woke the checker")
+	default:
+	}
+	if got := l.verdict("n1", t0.Add(time.Second)); got != "" {
+		t.Errorf("after the predecessor's death, its successor alive: %q, want the node up", got)
+	}
+	l.gossip(next, false)
+	if got := l.verdict("n1", time.Now()); got != "found dead by gossip" {
+		t.Errorf("after the last member's death: %q, want the node down", got)
+	}
+	// Agents of earlier releases: one member per node, named without a run.
+	l.gossip("node/n2", true)
+	l.verdict("n2", t0)
+	l.gossip("node/n2", false)
+	if got := l.verdict("n2", time.Now()); got != "found dead by gossip" {
+		t.Errorf("an earlier release's agent found dead: %q, want the node down", got)
 	}
 }

@@ -4,7 +4,10 @@
 // that a member stopped answering. Coordinators use it to mark nodes down
 // quickly; the heartbeat deadline stays as the fallback.
 //
-// Members are named by role ("node/ID", "coordinator/ID"); traffic is
+// Members are named by role ("node/ID/RUN", "coordinator/ID"), a node's
+// member by its agent process too: a restarted agent joins as a new
+// member beside its predecessor, so the predecessor's death, heard a
+// moment after the new process is up, is told apart from the node's. Traffic is
 // encrypted with a key derived from the cluster's agent key and labelled
 // with the cluster id, so members of another cluster cannot join or
 // speak into this one.
@@ -12,6 +15,7 @@ package gossip
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -31,15 +35,21 @@ const (
 	coordinatorPrefix = "coordinator/"
 )
 
-// NodeMember is the member name of a node's agent.
-func NodeMember(nodeID string) string { return nodePrefix + nodeID }
+// NodeMember is the member name of a node's agent process: run is the
+// process's own random id (NewRun), new at every start.
+func NodeMember(nodeID, run string) string { return nodePrefix + nodeID + "/" + run }
+
+// NewRun returns a random id for an agent process's member name.
+func NewRun() string { return rand.Text()[:10] }
 
 // CoordinatorMember is the member name of a coordinator replica.
 func CoordinatorMember(replicaID string) string { return coordinatorPrefix + replicaID }
 
-// NodeID returns the node id of an agent's member name.
+// NodeID returns the node id of an agent's member name. Agents of
+// releases before the run was part of it are named "node/ID".
 func NodeID(member string) (string, bool) {
-	id, ok := strings.CutPrefix(member, nodePrefix)
+	rest, ok := strings.CutPrefix(member, nodePrefix)
+	id, _, _ := strings.Cut(rest, "/")
 	return id, ok && id != ""
 }
 
@@ -142,6 +152,9 @@ func (m *Member) Join(addrs ...string) error {
 	return nil
 }
 
+// Name is the member's name.
+func (m *Member) Name() string { return m.list.LocalNode().Name }
+
 // Addr is host:port peers reach this member at.
 func (m *Member) Addr() string { return m.list.LocalNode().Address() }
 
@@ -184,6 +197,11 @@ func (w logWriter) Write(p []byte) (int, error) {
 	}
 	if i := strings.Index(line, "memberlist: "); i >= 0 {
 		line = line[i+len("memberlist: "):]
+	}
+	if strings.HasPrefix(line, "Got ping for unexpected node") {
+		// A restarted agent, probed for its predecessor at the same
+		// address until the pool finds that one dead: expected.
+		level = slog.LevelDebug
 	}
 	w.logger.Log(context.Background(), level, line)
 	return len(p), nil

@@ -72,26 +72,26 @@ func TestDeadMemberIsNoticed(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	coord := start(t, gossip.CoordinatorMember("c1"), "secret", r)
-	n1 := start(t, gossip.NodeMember("n1"), "secret", nil)
-	n2 := start(t, gossip.NodeMember("n2"), "secret", nil)
+	n1 := start(t, gossip.NodeMember("n1", "r1"), "secret", nil)
+	n2 := start(t, gossip.NodeMember("n2", "r1"), "secret", nil)
 	for _, m := range []*gossip.Member{n1, n2} {
 		if err := m.Join(coord.Addr()); err != nil {
 			t.Fatalf("Join(%s) = %v", coord.Addr(), err)
 		}
 	}
-	r.wait(t, gossip.NodeMember("n1"), true, 5*time.Second)
-	r.wait(t, gossip.NodeMember("n2"), true, 5*time.Second)
+	r.wait(t, gossip.NodeMember("n1", "r1"), true, 5*time.Second)
+	r.wait(t, gossip.NodeMember("n2", "r1"), true, 5*time.Second)
 	// n2 hears of n1 from the others, a gossip round or two later.
-	for deadline := time.Now().Add(testrun.D(5 * time.Second)); !slices.Contains(n2.Alive(), gossip.NodeMember("n1")); {
+	for deadline := time.Now().Add(testrun.D(5 * time.Second)); !slices.Contains(n2.Alive(), gossip.NodeMember("n1", "r1")); {
 		if time.Now().After(deadline) {
 			t.Fatalf("n2.Alive() = %v after 5s, want n1 there too (gossip spreads membership)", n2.Alive())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	n1.Close()
-	took := r.wait(t, gossip.NodeMember("n1"), false, 15*time.Second)
+	took := r.wait(t, gossip.NodeMember("n1", "r1"), false, 15*time.Second)
 	t.Logf("dead member noticed after %s", took)
-	if slices.Contains(coord.Alive(), gossip.NodeMember("n1")) {
+	if slices.Contains(coord.Alive(), gossip.NodeMember("n1", "r1")) {
 		t.Errorf("coord.Alive() still lists n1 after its leave event")
 	}
 }
@@ -102,26 +102,31 @@ func TestOtherClusterCannotJoin(t *testing.T) {
 	t.Parallel()
 	r := newRecorder()
 	coord := start(t, gossip.CoordinatorMember("c1"), "secret", r)
-	stranger := start(t, gossip.NodeMember("x"), "other secret", nil)
+	stranger := start(t, gossip.NodeMember("x", "r1"), "other secret", nil)
 	if err := stranger.Join(coord.Addr()); err == nil {
 		t.Errorf("Join with another cluster's secret = nil, want an error")
 	}
-	if got := coord.Alive(); slices.Contains(got, gossip.NodeMember("x")) {
+	if got := coord.Alive(); slices.Contains(got, gossip.NodeMember("x", "r1")) {
 		t.Errorf("coord.Alive() = %v, want no stranger", got)
 	}
 }
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if id, ok := gossip.NodeID(gossip.NodeMember("abc")); !ok || id != "abc" {
-		t.Errorf("NodeID(NodeMember(abc)) = %q, %v; want abc, true", id, ok)
+	for _, name := range []string{gossip.NodeMember("abc", gossip.NewRun()), "node/abc"} {
+		if id, ok := gossip.NodeID(name); !ok || id != "abc" {
+			t.Errorf("NodeID(%q) = %q, %v; want abc, true", name, id, ok)
+		}
+	}
+	if a, b := gossip.NewRun(), gossip.NewRun(); a == b || len(a) != 10 {
+		t.Errorf("NewRun() = %q, then %q; want two ids of 10 characters", a, b)
 	}
 	for _, name := range []string{gossip.CoordinatorMember("abc"), "node/", "abc"} {
 		if id, ok := gossip.NodeID(name); ok {
 			t.Errorf("NodeID(%q) = %q, true; want not a node", name, id)
 		}
 	}
-	if !gossip.IsCoordinator(gossip.CoordinatorMember("c1")) || gossip.IsCoordinator(gossip.NodeMember("c1")) {
+	if !gossip.IsCoordinator(gossip.CoordinatorMember("c1")) || gossip.IsCoordinator(gossip.NodeMember("c1", "r1")) {
 		t.Errorf("IsCoordinator confuses coordinator and node members")
 	}
 }

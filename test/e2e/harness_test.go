@@ -415,9 +415,18 @@ func (c *cluster) addAgentEnv(name string, env []string, extra ...string) *agent
 }
 
 // waitNodeReady waits until the cluster has node name ready.
-func (c *cluster) waitNodeReady(name string) {
+func (c *cluster) waitNodeReady(name string) { c.t.Helper(); c.waitNodeStatus(name, "ready") }
+
+// waitNodeDown waits until the cluster has node name down. A test that
+// keeps an agent killed for a while (to build an image in its state
+// folder) waits for it before starting the agent again: until then the
+// node shows its killed agent's last report (ready), and it may yet be
+// found down a moment after the new agent started.
+func (c *cluster) waitNodeDown(name string) { c.t.Helper(); c.waitNodeStatus(name, "down") }
+
+func (c *cluster) waitNodeStatus(name, status string) {
 	c.t.Helper()
-	eventually(c.t, 30*time.Second, "node "+name+" ready", func() error {
+	eventually(c.t, 30*time.Second, "node "+name+" "+status, func() error {
 		var n struct {
 			Node struct {
 				Node struct{ Status string } `json:"node"`
@@ -426,7 +435,7 @@ func (c *cluster) waitNodeReady(name string) {
 		if err := c.json(&n, "node", "show", name); err != nil {
 			return err
 		}
-		if n.Node.Node.Status != "ready" {
+		if n.Node.Node.Status != status {
 			return fmt.Errorf("status %q", n.Node.Node.Status)
 		}
 		return nil

@@ -76,8 +76,9 @@ func TestProcessesPython(t *testing.T) {
 		t.Fatalf("image build: %v\n%s", err, out)
 	}
 	t.Logf("debian/bookworm +python3 built in %s", time.Since(start).Round(time.Second))
+	c.waitNodeDown(a.name)
 	a.proc = c.startAgent(a, "--address", nodeAddr)
-	c.waitNodeReady(a.name) // down while the image built
+	c.waitNodeReady(a.name)
 	l := deployLabOn(t, c, a, client, nodeAddr, []string{"--image", "debian/bookworm", "--packages", "python3", "--memory", "256M", "--cpus", "0.5"})
 
 	var show struct {
