@@ -397,7 +397,6 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 			}
 			desired.Sealed = append(desired.Sealed, sg)
 		}
-		desired.Ports = append(desired.Ports, nat.GuestPort{Iface: hostInterface(g.Id), Addr: addr})
 		ports = append(ports, l2filter.Port{Iface: hostInterface(g.Id), MAC: guestMAC(g.Id), Addr: addr})
 		neighbors = append(neighbors, netns.Neighbor{Addr: addr, MAC: guestMAC(g.Id)})
 		for _, p := range g.GetSpec().GetPorts() {
@@ -411,8 +410,12 @@ func (n *Network) reconcile(ctx context.Context, node *corpusv1.Node, guests []*
 	}
 	// Guests being deleted, or not yet given an address, are left out:
 	// their ports send nothing.
-	if _, err := n.l2.Apply(ctx, ports); err != nil {
+	if ch, err := n.l2.Apply(ctx, ports); err != nil {
 		errs = append(errs, fmt.Errorf("layer-2 filter: %w", err))
+	} else {
+		// Its write leaves the NAT's chains and table as they were: the
+		// NAT need not read them back for it.
+		n.nat.Passed(ch.Before, ch.After)
 	}
 	// A guest given the address of one deleted moments ago is reached
 	// at once, not once the node's neighbour entry of the old one ages

@@ -5,7 +5,9 @@
 // address and announces it with gratuitous ARP, or changes its own MAC,
 // is dropped at its port before the bridge or the node sees the frame,
 // so the node's neighbour table (and the proxy behind it) keeps pointing
-// every guest's address at that guest.
+// every guest's address at that guest. It is also the one place a guest's
+// IPv4 source is held to its address: package nat's rules tell guests
+// apart by source address and rest on it.
 //
 // # Table
 //

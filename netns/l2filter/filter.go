@@ -129,6 +129,12 @@ type Changes struct {
 	// Added, Replaced and Removed name the ports whose entries were
 	// added, replaced (another MAC or address) or deleted.
 	Added, Replaced, Removed []string
+	// Before and After are the ruleset generations just before and after
+	// the write (both zero when Apply wrote nothing, or could not read
+	// them). After == Before+1 says the write was the only transaction
+	// between them; it touched this table alone, so whoever knew the
+	// rest of the ruleset at Before knows it at After (nat.NAT.Passed).
+	Before, After uint32
 }
 
 // Changed reports whether Apply changed anything.

@@ -76,8 +76,12 @@ func (f *Filter) Apply(ctx context.Context, ports []Port) (Changes, error) {
 	if !ch.Changed() {
 		return ch, nil
 	}
+	before, genErr := nftconn.Generation(ctx)
 	if err := c.Flush(); err != nil {
 		return Changes{}, fmt.Errorf("writing table bridge %s: %w", f.table, err)
+	}
+	if after, err := nftconn.Generation(ctx); genErr == nil && err == nil {
+		ch.Before, ch.After = before, after
 	}
 	slices.Sort(ch.Added)
 	f.log.Info("layer-2 filter changed", "table", f.table, "ports", len(ports), "made_table", ch.Table,

@@ -57,7 +57,10 @@ type Desired struct {
 	Forwards []Forward
 
 	// Guests on the bridge are kept apart (br_netfilter hands bridged
-	// frames to iptables; the agent makes sure it does):
+	// frames to iptables; the agent makes sure it does). The rules name
+	// guests by source address, which each guest cannot forge: package
+	// l2filter drops, at its bridge port and before these rules, IPv4
+	// a guest sends from another address.
 	//
 	// Groups are sets of guest addresses that may reach each other
 	// across the bridge (a project's guests). A guest in no group with
@@ -70,9 +73,6 @@ type Desired struct {
 	// Blocked are TCP endpoints elsewhere that guests may not reach (the
 	// control plane's).
 	Blocked []netip.AddrPort
-	// Ports bind each guest's bridge port to its address: IPv4 from that
-	// port with another source (a guest spoofing) is dropped.
-	Ports []GuestPort
 	// Sealed are guests (a service's) that nothing reaches but the
 	// addresses each names, on its TCP port: not other guests of the
 	// bridge, other nodes, or the outside.
@@ -90,13 +90,6 @@ type Sealed struct {
 	Port int
 	// From are the addresses that may connect.
 	From []netip.Addr
-}
-
-// GuestPort is a guest's port on the bridge and the one address it may
-// send from.
-type GuestPort struct {
-	Iface string
-	Addr  netip.Addr
 }
 
 // NodePort is a port of the node that its guests may reach.
@@ -129,7 +122,7 @@ func anyAddr(a netip.Addr) bool { return !a.IsValid() || a.IsUnspecified() }
 // ErrConflict when two forwards claim the same host port (the same
 // protocol and port on the same address, or on every address and one).
 func (d Desired) Validate() error {
-	if (len(d.Subnets) > 0 || len(d.Forwards) > 0 || len(d.Groups) > 0 || len(d.NodePorts) > 0 || len(d.Blocked) > 0 || len(d.Ports) > 0 || len(d.Sealed) > 0) && d.Bridge == "" {
+	if (len(d.Subnets) > 0 || len(d.Forwards) > 0 || len(d.Groups) > 0 || len(d.NodePorts) > 0 || len(d.Blocked) > 0 || len(d.Sealed) > 0) && d.Bridge == "" {
 		return fmt.Errorf("%w: a bridge is required with subnets, forwards, groups, node ports, blocked endpoints or sealed guests", ErrInvalid)
 	}
 	if d.Bridge != "" {
@@ -155,14 +148,6 @@ func (d Desired) Validate() error {
 	for _, np := range d.NodePorts {
 		if np.Proto != "tcp" && np.Proto != "udp" || np.Port < 1 || np.Port > 65535 {
 			return fmt.Errorf("%w: node port %s/%d: want tcp or udp and a port from 1 to 65535", ErrInvalid, np.Proto, np.Port)
-		}
-	}
-	for _, p := range d.Ports {
-		if err := validIfName(p.Iface); err != nil {
-			return err
-		}
-		if !p.Addr.Is4() {
-			return fmt.Errorf("%w: guest port %s: address %v is not IPv4", ErrInvalid, p.Iface, p.Addr)
 		}
 	}
 	for _, ap := range d.Blocked {

@@ -169,6 +169,24 @@ func (n *NAT) execute(ctx context.Context, p *Plan) error {
 	return nil
 }
 
+// Passed tells the NAT of a transaction of another of corpus's writers
+// that leaves its chains and table alone (the layer-2 filter's, say),
+// which moved the ruleset generation from before to after. When it was
+// the only transaction between them (after == before+1) and the NAT knew
+// the ruleset at before, it keeps what it knew: its next Apply reads
+// neither its chains nor its table back.
+func (n *NAT) Passed(before, after uint32) {
+	if after != before+1 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.snaps != nil && n.snapsGen == before {
+		n.snapsGen = after
+	}
+	n.nft.passed(before, after)
+}
+
 // writeTable writes the table; the chains known before it stay known
 // when it was the only transaction (it leaves them alone).
 func (n *NAT) writeTable(ctx context.Context, p *Plan) error {

@@ -18,6 +18,7 @@ import (
 
 	"corpus/internal/testrun"
 	"corpus/netns"
+	"corpus/netns/internal/nftconn"
 	"corpus/netns/internal/nstest"
 	"corpus/netns/nat"
 )
@@ -498,3 +499,51 @@ func sorted(s []string) []string {
 }
 
 func TestMain(m *testing.M) { nstest.Main(m) }
+
+// TestPassed: a transaction of another of corpus's writers that leaves
+// the NAT's chains and table alone (the layer-2 filter's table, here a
+// table of its own) does not make the next Apply read them back when
+// the NAT is told of it; untold, or when another transaction came
+// between, it reads them.
+func TestPassed(t *testing.T) {
+	t.Parallel()
+	tp := newTopo(t)
+	tp.apply(t, tp.desired)
+	tp.plan(t, tp.desired) // knows the ruleset from here
+	if p := tp.plan(t, tp.desired); !p.Empty() || p.ReadChains || p.ReadTable {
+		t.Fatalf("Plan, nothing changed since the last = %v, want empty and made without reading back", p)
+	}
+	other := func(tell bool, extra bool) {
+		t.Helper()
+		var before, after uint32
+		tp.node.MustDo(func() (err error) { before, err = nftconn.Generation(context.Background()); return err })
+		tp.node.MustRun("nft", "add", "table", "bridge", "other")
+		if extra {
+			tp.node.MustRun("nft", "add", "table", "bridge", "another")
+		}
+		tp.node.MustDo(func() (err error) { after, err = nftconn.Generation(context.Background()); return err })
+		if tell {
+			tp.nat.Passed(before, after)
+		}
+	}
+	for _, s := range []struct {
+		name        string
+		tell, extra bool
+		read        bool
+	}{
+		{"told of it", true, false, false},
+		{"not told", false, false, true},
+		{"told, with another transaction between", true, true, true},
+	} {
+		other(s.tell, s.extra)
+		p := tp.plan(t, tp.desired)
+		if !p.Empty() || p.ReadChains != s.read || p.ReadTable != s.read {
+			t.Errorf("%s: Plan = %v, read chains %t, table %t; want empty, and read back %t", s.name, p, p.ReadChains, p.ReadTable, s.read)
+		}
+		tp.node.MustRun("nft", "delete", "table", "bridge", "other")
+		if s.extra {
+			tp.node.MustRun("nft", "delete", "table", "bridge", "another")
+		}
+		tp.plan(t, tp.desired) // reads back what the deletes moved
+	}
+}

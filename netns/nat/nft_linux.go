@@ -126,6 +126,14 @@ func (t *nftTable) generation(ctx context.Context) (uint32, error) {
 	return nftconn.Generation(ctx)
 }
 
+// passed keeps what the table held at generation before as what it holds
+// at after: a transaction that left it alone came between (NAT.Passed).
+func (t *nftTable) passed(before, after uint32) {
+	if t.known != nil && t.knownGen == before {
+		t.knownGen = after
+	}
+}
+
 // current returns what the table holds at generation gen: what the last
 // write or read found when nothing was committed since, or else what
 // read finds. The caller must not change it.

@@ -20,5 +20,6 @@ func (t *nftTable) read(ctx context.Context) (observedTable, error) {
 func (t *nftTable) write(ctx context.Context, p *Plan) (uint32, uint32, error) {
 	return 0, 0, ErrNotSupported
 }
+func (t *nftTable) passed(before, after uint32)              {}
 func (t *nftTable) remove(ctx context.Context) (bool, error) { return false, ErrNotSupported }
 func (t *nftTable) name() string                             { return "" }

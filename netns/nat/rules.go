@@ -88,15 +88,7 @@ func (l layout) render(d Desired) map[Chain][]string {
 	}
 	out[l.postrouting] = post
 
-	// A guest's packets with another source are dropped before anything
-	// else, established flows included (no injecting into another's).
-	var spoof []string
-	ports := slices.Clone(d.Ports)
-	slices.SortFunc(ports, func(a, b GuestPort) int { return strings.Compare(a.Iface, b.Iface) })
-	for _, p := range ports {
-		spoof = append(spoof, "! -s "+p.Addr.String()+"/32 -m physdev --physdev-in "+p.Iface+" -j DROP")
-	}
-	fwd := append(spoof, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+	fwd := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"}
 	var in []string
 	if d.Bridge != "" {
 		br := d.Bridge
@@ -140,7 +132,6 @@ func (l layout) render(d Desired) map[Chain][]string {
 		fwd = append(fwd, "-i "+br+" -o "+br+" -j DROP", "-i "+br+" -j ACCEPT")
 
 		in = append(in, "! -i "+br+" -j RETURN")
-		in = append(in, spoof...)
 		in = append(in, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
 			"-p icmp -j ACCEPT")
 		for _, np := range sortedNodePorts(d.NodePorts) {

@@ -3,8 +3,8 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"corpus/internal/cgroupfile"
+	"corpus/netns/l2filter"
 )
 
 // breakoutChecks are what a dev with one granted project tries from
@@ -139,15 +140,13 @@ func TestBreakoutCatalogue(t *testing.T) {
 	})
 
 	// A guest's packets may carry its own address only (the spoofing
-	// itself is tested in netns/nat): the node holds the rule binding
-	// each guest's port to its address.
-	rules, err := exec.Command("ip", "netns", "exec", l.a.node.ns, "iptables-save", "-t", "filter").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// itself is tested in netns/l2filter): the node's layer-2 filter
+	// binds each guest's port to its address.
+	l2 := l2State(t, l.a.node.ns)
 	for _, g := range []string{"hello-dev", "other-dev"} {
-		if want := "! -s " + guestAddress(t, c, g) + "/32 -m physdev --physdev-in cg"; !strings.Contains(string(rules), want) {
-			t.Errorf("the node's rules lack the address binding of %s (%q):\n%s", g, want, rules)
+		addr := guestAddress(t, c, g)
+		if !slices.ContainsFunc(l2.Ports, func(p l2filter.Port) bool { return p.Addr.String() == addr && strings.HasPrefix(p.Iface, "cg") }) {
+			t.Errorf("the node's layer-2 filter lacks the address binding of %s (%s): %+v", g, addr, l2.Ports)
 		}
 	}
 
