@@ -248,7 +248,7 @@ func TestCARotationLive(t *testing.T) {
 	})
 	agents[0].stop(t)
 	c.restartAgent(agents[0])
-	c.waitNodeReady("n1")
+	c.waitAgentBack(agents[0])
 	eventually(t, 20*time.Second, "the proxy to web1 after the agent's restart", urls[0])
 	// The operator's CLI trusts what the rotation saved.
 	if out, errOut, code := c.cliIn(lab.ctl, cliEnv, "guest", "list"); code != 0 {

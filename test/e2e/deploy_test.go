@@ -58,6 +58,7 @@ func newDeployLabCoord(t *testing.T, coordArgs, guestArgs []string, agentArgs ..
 	a.kill()
 	args := append([]string{"--address", nodeAddr}, agentArgs...)
 	a.proc = c.startAgent(a, args...)
+	c.waitAgentBack(a)
 	return deployLabOn(t, c, a, client, nodeAddr, guestArgs)
 }
 

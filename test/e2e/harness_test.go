@@ -417,6 +417,23 @@ func (c *cluster) addAgentEnv(name string, env []string, extra ...string) *agent
 // waitNodeReady waits until the cluster has node name ready.
 func (c *cluster) waitNodeReady(name string) { c.t.Helper(); c.waitNodeStatus(name, "ready") }
 
+// waitAgentBack waits, after agent a was started again, until its new
+// process joined the gossip pool and then until its node is ready. Its
+// predecessor may be found dead before the new process joined (the node
+// is then marked down, and ready again at the new process's report) but
+// not after: the coordinators take that death for the predecessor's
+// alone. So once the new process joined, ready means ready.
+func (c *cluster) waitAgentBack(a *agentProc) {
+	c.t.Helper()
+	eventually(c.t, 30*time.Second, "agent "+a.name+" joining the gossip pool", func() error {
+		if !strings.Contains(a.log.String(), "joined the coordinators' gossip") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	c.waitNodeReady(a.name)
+}
+
 // waitNodeDown waits until the cluster has node name down. A test that
 // keeps an agent killed for a while (to build an image in its state
 // folder) waits for it before starting the agent again: until then the

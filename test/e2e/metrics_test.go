@@ -44,6 +44,7 @@ func TestPrometheusScrapes(t *testing.T) {
 	a.kill()
 	agentMetrics := a.node.addr + ":9465"
 	a.proc = c.startAgent(a, "--address", nodeAddr, "--metrics-addr", agentMetrics, "--log-format", "json")
+	c.waitAgentBack(a)
 	l := deployLabOn(t, c, a, client, nodeAddr, []string{"--image", "busybox", "--memory", "64M", "--cpus", "0.2"})
 
 	prom := startPrometheus(t, c.lab.ctl, "127.0.0.1:9464", agentMetrics)

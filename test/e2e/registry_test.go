@@ -69,7 +69,7 @@ func TestGuestFromPrivateRegistry(t *testing.T) {
 	logs := a.log.String()
 	a.kill()
 	c.restartAgent(a)
-	c.waitNodeReady("n1")
+	c.waitAgentBack(a)
 	c.mustCLI("guest", "create", "web2", "--image", reg+"/team/private:2")
 	if g := c.guest("web2"); g.Status != "running" {
 		t.Fatalf("guest web2 after the agent's restart = %s, want running", g.Status)

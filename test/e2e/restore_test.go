@@ -182,7 +182,7 @@ func TestLiveRestoreWithAgent(t *testing.T) {
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
-	c.waitNodeReady("n1")
+	c.waitAgentBack(a)
 	hc, stopLoad := webUnderLoad(t, c, client, nodeAddr)
 	defer stopLoad()
 	keyFile := snapshotKey(t, c.dir)

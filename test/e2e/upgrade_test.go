@@ -205,7 +205,7 @@ func TestRollingUpgrade(t *testing.T) {
 	for _, ag := range []*agentProc{a, b} {
 		ag.stop(t)
 		c.restartAgent(ag)
-		c.waitNodeReady(ag.name)
+		c.waitAgentBack(ag)
 		eventually(t, 30*time.Second, ag.name+" reporting the new version", func() error {
 			var n struct {
 				Node struct {

@@ -226,6 +226,7 @@ func startQEMUCluster(t *testing.T) qemuCluster {
 	client, nodeAddr := c.lab.addClient(a.node)
 	a.kill()
 	a.proc = c.startAgent(a, "--address", nodeAddr)
+	c.waitAgentBack(a)
 	return qemuCluster{c: c, a: a, hand: hand, client: client, nodeAddr: nodeAddr, disks: disks}
 }
 

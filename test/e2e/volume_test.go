@@ -451,7 +451,7 @@ func TestVolumeSizes(t *testing.T) {
 	a.kill()
 	a.proc = c.startAgent(a, "--resync-interval", "1h")
 	c.waitAgentListening(a)
-	c.waitNodeReady("n1")
+	c.waitAgentBack(a)
 	eventually(t, 30*time.Second, "volume at 256 MiB, guest running", func() error {
 		if _, observed, st := showVolume(); observed != 256<<20 || st != "ready" {
 			return fmt.Errorf("volume observed at %d, %s", observed, st)
