@@ -7,10 +7,10 @@
 // Members are named by role ("node/ID/RUN", "coordinator/ID"), a node's
 // member by its agent process too: a restarted agent joins as a new
 // member beside its predecessor, so the predecessor's death, heard a
-// moment after the new process is up, is told apart from the node's. Traffic is
-// encrypted with a key derived from the cluster's agent key and labelled
-// with the cluster id, so members of another cluster cannot join or
-// speak into this one.
+// moment after the new process is up, is told apart from the node's.
+// Traffic is encrypted with a key derived from the cluster's agent key
+// and labelled with the cluster id, so members of another cluster cannot
+// join or speak into this one.
 package gossip
 
 import (
