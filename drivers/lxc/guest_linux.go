@@ -19,7 +19,6 @@ import (
 	golxc "github.com/lxc/go-lxc"
 
 	"corpus/drivers"
-	"corpus/drivers/lxc/forkstart"
 	"corpus/internal/atomicfile"
 	"corpus/internal/names"
 )
@@ -476,7 +475,7 @@ func (d *Driver) start(ctx context.Context, name string) error {
 	if err := os.Truncate(logFile, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := forkstart.Start(d.path, name, m.Command); err != nil {
+	if err := startHelper(d.path, name, m.Command); err != nil {
 		return fmt.Errorf("%w%s", err, logTail(logFile))
 	}
 	d.log.Info("started guest", "guest", name, "pid", c.InitPid(), "took", time.Since(began).Round(time.Millisecond))

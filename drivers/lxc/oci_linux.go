@@ -92,7 +92,7 @@ func (d *Driver) unpackImage(img imageSpec) error {
 // guest's in its place) from img, unpacked at rootfs, as its
 // user, in its working folder, stopped by its stop signal; and returns
 // the guest's environment, the image's under the spec's. Its command is
-// started with the guest (forkstart.Start: liblxc's lxc.init.cmd splits at
+// started with the guest (startHelper: liblxc's lxc.init.cmd splits at
 // blanks and takes no quotes, so it could not pass arguments with
 // blanks). Values the image gives are checked as they would be from the
 // API: a newline would inject lxc configuration.

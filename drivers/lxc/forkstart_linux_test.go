@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package forkstart
+package lxc
 
 import (
 	"os"
