@@ -279,6 +279,14 @@ func TestScale(t *testing.T) {
 func scaleUpAgain(t *testing.T, s *server, nodes map[string]*agent) {
 	ctx := context.Background()
 	ops := s.ops()
+	// A policy whose range needs those names is written meanwhile: only
+	// its scale up waits.
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Min: 1, Max: 3, TargetRps: 50})); err != nil {
+		t.Fatalf("autoscale up to 3 while the instances removed before are being deleted = %v; want the policy written", err)
+	}
+	if _, err := ops.project.Autoscale(ctx, connect.NewRequest(&corpusv1.AutoscaleRequest{Project: "site", Process: "web", Off: true})); err != nil {
+		t.Fatal(err)
+	}
 	up := &corpusv1.ScaleRequest{Project: "site", Counts: map[string]uint32{"web": 3, "worker": 1}}
 	// A caller with a deadline hears why before it ends: at once when it
 	// leaves less than the second the answer is given, else after waiting

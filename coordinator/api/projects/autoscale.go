@@ -2,6 +2,7 @@ package projects
 
 import (
 	"context"
+	"errors"
 
 	"corpus/coordinator/api"
 
@@ -28,7 +29,10 @@ func (s *Service) Autoscale(ctx context.Context, req *connect.Request[corpusv1.A
 			return nil, api.ToConnect(api.Invalidf("autoscale %s: %s", m.Process, why))
 		}
 		// The policy's range must be a scale the environment may take.
-		if _, _, err := scaleCommand(view, p, e, map[string]uint32{m.Process: m.Max}, false, 0); err != nil {
+		// What instances removed just before left behind, still being
+		// deleted on its node, only delays a scale up, which the
+		// autoscaler makes on a later pass.
+		if _, _, err := scaleCommand(view, p, e, map[string]uint32{m.Process: m.Max}, false, 0); err != nil && !errors.Is(err, errLeftover) {
 			return nil, err
 		}
 	}
