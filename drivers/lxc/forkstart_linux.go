@@ -41,8 +41,7 @@ func helperPath(path string) string {
 }
 
 // startHelper runs the start helper (package forkstart) for container
-// name in path, with the
-// command it runs when not empty (see helper).
+// name in path, with the command it runs when not empty.
 func startHelper(path, name string, command []string) error {
 	cmd := exec.Command("/proc/self/exe", append([]string{path, name}, command...)...)
 	cmd.Args[0] = "corpus-lxc-start"
