@@ -20,6 +20,7 @@ import (
 	"corpus/agent/deploy/githook"
 	"corpus/agent/deploy/imagetree"
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/deploy/webcheck"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
 	"corpus/internal/secret"
@@ -97,9 +98,10 @@ type deploy struct {
 	// staging is the other instances staging the release while this
 	// one builds it (a rolling deploy's first instance), nil otherwise.
 	staging *staging
-	// retireLater is the end of a deploy that succeeded left for after
-	// the caller's answer (see finish, endLock), nil otherwise.
-	retireLater func()
+	// retireLater: the end of a deploy that succeeded (its old
+	// processes retired, old releases pruned) is left for after the
+	// caller's answer (see finish, endLock).
+	retireLater bool
 	// instance is the environment's instance deployed (0: the first,
 	// which records the release and rolls the others).
 	instance uint32
@@ -589,7 +591,7 @@ func (d *deploy) run(g quarantineGit, commit string) error {
 			return false, errors.New("the guest has no address to check")
 		}
 		url := "http://" + d.guest.Address + ":" + strconv.Itoa(c.Port) + c.Path
-		status, err := waitHTTP(d.ctx, url, c.Timeout, func(code int) bool { return code < 400 })
+		status, err := webcheck.Wait(d.ctx, url, c.Timeout, func(code int) bool { return code < 400 })
 		if err == nil {
 			d.say("       GET %s: %s", url, status)
 		}

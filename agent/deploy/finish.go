@@ -87,21 +87,20 @@ func (d *deploy) finish(err error) int {
 		d.p.cache.EndDeploy(d.journal)
 		return 1
 	}
-	end := func() {
-		d.retire()
-		d.prune()
-		d.p.cache.EndDeploy(d.journal)
-	}
 	if d.gen.settling() {
 		// Every instance serves it; the old web waits out the moment
 		// other nodes' proxies need to hear of the move. The caller
-		// need not: that, and pruning, happen after it has its answer
-		// (retireLater, under the environment's lock).
+		// need not, nor does the environment: that, and pruning, happen
+		// after it has its answer (retireLater, see endLock). The
+		// journal, which is by environment, ends now.
+		d.p.cache.EndDeploy(d.journal)
 		d.say("-----> %s/%s %s is live (%.1fs); the processes before it stop once every node's proxy has moved", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
-		d.retireLater = end
+		d.retireLater = true
 		return 0
 	}
-	end()
+	d.retire()
+	d.prune()
+	d.p.cache.EndDeploy(d.journal)
 	d.say("-----> %s/%s %s is live (%.1fs)", d.project, d.env.Name, d.name(), time.Since(d.journal.Started).Seconds())
 	return 0
 }

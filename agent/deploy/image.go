@@ -12,6 +12,7 @@ import (
 
 	"corpus/agent/deploy/imagetree"
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/deploy/webcheck"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -89,7 +90,7 @@ func (d *deploy) useImage(src *imagetree.Source) {
 // exposes.
 func portHint(err error, web int, exposed []string) error {
 	switch {
-	case !errors.Is(err, errNoAnswer):
+	case !errors.Is(err, webcheck.ErrNoAnswer):
 		return err
 	case web != 0:
 		return fmt.Errorf("%w; the image exposes %s, so its web runs in a network of its own and was asked on %d (PORT=%d there): it must listen on that port", err, strings.Join(exposed, ", "), web, web)

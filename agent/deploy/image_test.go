@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"corpus/agent/deploy/webcheck"
 )
 
 // TestNewRemovesUnpackedImages: an image a deploy cut short left
@@ -33,7 +35,7 @@ func TestNewRemovesUnpackedImages(t *testing.T) {
 // $PORT for an image that exposes no TCP port; other errors are left as
 // they are.
 func TestPortHint(t *testing.T) {
-	noAnswer := fmt.Errorf("GET http://10.0.0.2:5001/: connection refused (%w within 30s)", errNoAnswer)
+	noAnswer := fmt.Errorf("GET http://10.0.0.2:5001/: connection refused (%w within 30s)", webcheck.ErrNoAnswer)
 	for _, c := range []struct {
 		web     int
 		exposed []string
@@ -44,8 +46,8 @@ func TestPortHint(t *testing.T) {
 		{0, nil, []string{"exposes no port", "$PORT", "EXPOSE"}},
 	} {
 		got := portHint(noAnswer, c.web, c.exposed)
-		if !errors.Is(got, errNoAnswer) {
-			t.Errorf("portHint(no answer, %d, %v) = %v, not errNoAnswer", c.web, c.exposed, got)
+		if !errors.Is(got, webcheck.ErrNoAnswer) {
+			t.Errorf("portHint(no answer, %d, %v) = %v, not webcheck.ErrNoAnswer", c.web, c.exposed, got)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(got.Error(), w) {

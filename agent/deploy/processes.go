@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/deploy/webcheck"
 	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -191,6 +191,11 @@ type rollout struct {
 	// names limits retireOthers to these process types (a restart of
 	// some); nil retires whole generations.
 	names []string
+	// others are the project's generations that ran beside this one
+	// when it started: what retireOthers may stop. What starts later
+	// (the next deploy's, once the environment's lock let go) is not
+	// this rollout's to retire.
+	others map[string]bool
 }
 
 // webPorts are the ports a new web process may take, best first: the
@@ -281,6 +286,13 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 		}
 		if err != nil {
 			cancelWeb() // no use asking a web that did not start
+		} else {
+			r.others = map[string]bool{}
+			for _, st := range res.Processes {
+				if st.Generation != gen {
+					r.others[st.Generation] = true
+				}
+			}
 		}
 		started <- err
 	}()
@@ -323,51 +335,12 @@ func (r *rollout) checkWeb(ctx context.Context) error {
 	if r.spec.Strict {
 		accept = func(code int) bool { return code < 400 }
 	}
-	status, err := waitHTTP(ctx, url, timeout, accept)
+	status, err := webcheck.Wait(ctx, url, timeout, accept)
 	if err != nil {
 		return err
 	}
 	r.say("       GET %s: %s", url, status)
 	return nil
-}
-
-// healthPause is the longest pause between two asks of a web process
-// that does not answer yet.
-const healthPause = 100 * time.Millisecond
-
-// errNoAnswer: a web process gave no good answer in time.
-var errNoAnswer = errors.New("no good answer")
-
-// waitHTTP asks url until accept likes the status, or timeout.
-func waitHTTP(ctx context.Context, url string, timeout time.Duration, accept func(int) bool) (string, error) {
-	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	deadline := time.Now().Add(timeout)
-	var last string
-	// A process just started answers within milliseconds, or takes
-	// seconds: ask again soon at first, then every pause at most.
-	wait := 10 * time.Millisecond
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return "", err
-		}
-		res, err := client.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
-			res.Body.Close()
-			if accept(res.StatusCode) {
-				return res.Status, nil
-			}
-			last = res.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("GET %s: %s (%w within %s)", url, last, errNoAnswer, timeout)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, healthPause)
-	}
 }
 
 // switchTraffic points the environment's routes at the new web port and
@@ -430,14 +403,14 @@ func (p *Pipeline) proxyTargets(target string) bool {
 	return false
 }
 
-// retireOthers stops the project's other generations, once the requests
-// the old web was serving have finished (up to the grace period); those
-// of release standby, which stands by (a blue-green deploy's release
-// before), keep running and serving.
+// retireOthers stops the project's generations that ran beside this
+// one when it started, once the requests the old web was serving have
+// finished (up to the grace period); those of release standby, which
+// stands by (a blue-green deploy's release before), keep running and
+// serving.
 func (r *rollout) retireOthers(ctx context.Context, standby string) {
-	if r.moved && standby == "" {
-		time.Sleep(r.settle - time.Since(r.movedAt)) // none when spent
-		r.p.waitInFlight(net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort))), time.Duration(r.spec.Grace))
+	if standby == "" {
+		r.drained()
 	}
 	st, err := r.p.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
 	if err != nil {
@@ -446,7 +419,7 @@ func (r *rollout) retireOthers(ctx context.Context, standby string) {
 	}
 	seen := map[string]bool{}
 	for _, p := range st {
-		if p.Generation == r.gen || seen[p.Generation] || (standby != "" && p.Release == standby) {
+		if p.Generation == r.gen || seen[p.Generation] || !r.others[p.Generation] || (standby != "" && p.Release == standby) {
 			continue
 		}
 		seen[p.Generation] = true
@@ -460,6 +433,17 @@ func (r *rollout) retireOthers(ctx context.Context, standby string) {
 		}
 		r.say("       stopped the processes of %s", p.Generation)
 	}
+}
+
+// drained waits, once the routes moved, until the old web has had
+// settle to get nothing new and has answered what this node's proxy had
+// in flight to it (up to the grace period).
+func (r *rollout) drained() {
+	if !r.moved {
+		return
+	}
+	time.Sleep(r.settle - time.Since(r.movedAt)) // none when spent
+	r.p.waitInFlight(net.JoinHostPort(r.guest.Address, strconv.Itoa(int(r.oldPort))), time.Duration(r.spec.Grace))
 }
 
 // waitInFlight waits until the web at target (host:port), which the

@@ -155,20 +155,32 @@ func (p *Pipeline) redeploy(ctx, life context.Context, m *corpusv1.AgentRedeploy
 	return d.release.Number, nil
 }
 
-// endLock lets an environment's lock go at the end of a user's call: at
-// once, or, when its deploy left its end for later (retireLater), once
-// that is done, held meanwhile as background work (a push then waits
-// for it rather than being refused).
+// endLock lets an environment's lock go at the end of a user's call.
+// When its deploy left its end for later (retireLater: the old web
+// settles while other nodes' proxies hear of the move), that end waits
+// for the settle without the lock, so a push meanwhile is not kept
+// waiting, then takes the lock as background work to stop what the
+// deploy's processes started beside (nothing a later call started).
 func (p *Pipeline) endLock(key string, d *deploy) {
-	if d == nil || d.retireLater == nil {
+	if d == nil || !d.retireLater {
 		p.envLocks.Unlock(key)
 		return
 	}
-	p.envLocks.Demote(key, "the processes before a deploy retiring")
 	d.detach() // the caller has its answer: its stream may be gone
+	calls := p.envLocks.Calls(key)
+	p.envLocks.Unlock(key)
 	go func() {
+		d.gen.drained()
+		if !p.envLocks.Wait(context.WithoutCancel(d.ctx), key, "the processes before a deploy retiring") {
+			return
+		}
 		defer p.envLocks.Unlock(key)
-		d.retireLater()
+		d.retire()
+		if p.envLocks.Calls(key) == calls {
+			// Pruning goes by the releases the deploy knew: a call since
+			// (a rollback to one it would drop) leaves it to the next.
+			d.prune()
+		}
 	}()
 }
 

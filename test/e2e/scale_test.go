@@ -221,17 +221,17 @@ func TestScale(t *testing.T) {
 	}
 	t.Logf("rolling deploy of 3 instances: %s", took.Round(100*time.Millisecond))
 	l.waitInstances(3, 2, 30*time.Second)
-	// Each instance's r1 stops once other proxies had time to hear of
-	// the move (the switch itself does not wait for that).
-	l.onlyRelease("r2", 20*time.Second, "r1's processes stopped on every instance")
 	for range 9 {
 		if got := l.page(); got != "200 version two" {
 			t.Fatalf("after the rolling push: %q", got)
 		}
 	}
 
-	// A release instance 3 cannot install: the push is refused, every
-	// instance serves r2 again.
+	// A release instance 3 cannot install, pushed at once: r1's
+	// processes are still settling (each instance's r1 stops once other
+	// proxies had time to hear of the move; the push did not wait for
+	// that, nor does this one). The push is refused, every instance
+	// serves r2 again, and r1 still stops.
 	l.commitScaleSite("three", `[ "$(hostname)" != hello-dev-3 ] || { echo "no room on this one"; exit 1; }`)
 	out, err := l.push()
 	if err == nil || !strings.Contains(out, "no room on this one") && !strings.Contains(out, "instance 3") {
@@ -248,6 +248,7 @@ func TestScale(t *testing.T) {
 			t.Fatalf("after the refused push: %q", got)
 		}
 	}
+	l.onlyRelease("r2", 20*time.Second, "r1's and r3's processes stopped on every instance")
 
 	// A release the first instance cannot install, while the others
 	// stage it: nothing switched, the push is refused, and what the

@@ -14,10 +14,11 @@ import (
 // call is refused while another user's call holds the environment; it
 // waits for background work, which is short and must not turn a deploy
 // away. Background work that finds the environment taken is tried again
-// later.
+// later, or waits for it (Wait).
 type Locks struct {
-	mu   sync.Mutex
-	busy map[string]*hold
+	mu    sync.Mutex
+	busy  map[string]*hold
+	calls map[string]uint64 // users' calls that took each key so far
 }
 
 // hold is what holds an environment.
@@ -63,17 +64,37 @@ func (l *Locks) take(key, what string, background bool) *hold {
 		return &c
 	}
 	l.busy[key] = &hold{what: what, background: background, done: make(chan struct{})}
+	if !background {
+		if l.calls == nil {
+			l.calls = map[string]uint64{}
+		}
+		l.calls[key]++
+	}
 	return nil
 }
 
-// Demote makes the user's call holding key background work what (the
-// end of a deploy that need not keep its caller waiting): a user's call
-// then waits for it instead of being refused.
-func (l *Locks) Demote(key, what string) {
+// Calls is how many users' calls took key so far: work that let key go
+// for a while tells by it whether one came meanwhile.
+func (l *Locks) Calls(key string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if h, ok := l.busy[key]; ok {
-		h.what, h.background = what, true
+	return l.calls[key]
+}
+
+// Wait takes key for background work what, waiting for whatever holds
+// it (a user's call or other background work) to let go, up to ctx's
+// end; false says ctx ended first.
+func (l *Locks) Wait(ctx context.Context, key, what string) bool {
+	for {
+		h := l.take(key, what, true)
+		if h == nil {
+			return true
+		}
+		select {
+		case <-h.done:
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 

@@ -51,28 +51,47 @@ func TestEnvLocks(t *testing.T) {
 	}
 }
 
-// TestDemote: a push's end demoted to background work keeps the
-// environment (a sync is turned away) and makes the next push wait for
-// it rather than be refused.
-func TestDemote(t *testing.T) {
+// TestWait: background work that waits for the environment (a
+// deploy's old processes retiring) gets it once a push lets go, and
+// gives up when its context ends.
+func TestWait(t *testing.T) {
 	var l Locks
 	if _, ok := l.Lock(t.Context(), "p/dev", "a push"); !ok {
 		t.Fatal("a free environment refused a push")
 	}
-	l.Demote("p/dev", "old processes retiring")
-	if l.TryBackground("p/dev", "a sync") {
-		t.Error("a sync took an environment a demoted push holds")
+	got := make(chan bool)
+	go func() { got <- l.Wait(t.Context(), "p/dev", "old processes retiring") }()
+	select {
+	case ok := <-got:
+		t.Fatalf("Wait did not wait for the push (ok %v)", ok)
+	case <-time.After(100 * time.Millisecond):
 	}
-	// A push whose caller gives up at once: refused after waiting (the
-	// holder named as the background work), not refused by a push.
+	l.Unlock("p/dev")
+	if !<-got {
+		t.Fatal("Wait gave up once the push let go")
+	}
+	// It holds the environment as background work: a sync is turned
+	// away, a push waits for it.
+	if l.TryBackground("p/dev", "a sync") {
+		t.Error("a sync took an environment the retiring holds")
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if holder, ok := l.Lock(ctx, "p/dev", "the next push"); ok || holder != "old processes retiring" {
 		t.Errorf("the next push = %q, %v; want it to wait for the retiring processes", holder, ok)
 	}
-	l.Unlock("p/dev")
-	if _, ok := l.Lock(t.Context(), "p/dev", "the next push"); !ok {
-		t.Error("the next push was refused once the demoted one let go")
+	if l.Wait(ctx, "p/dev", "more retiring") {
+		t.Error("Wait with its context ended took a held environment")
 	}
 	l.Unlock("p/dev")
+	before := l.Calls("p/dev")
+	if _, ok := l.Lock(t.Context(), "p/dev", "the next push"); !ok {
+		t.Error("the next push was refused once the retiring let go")
+	}
+	l.Unlock("p/dev")
+	l.TryBackground("p/dev", "a sync")
+	l.Unlock("p/dev")
+	if got := l.Calls("p/dev"); got != before+1 {
+		t.Errorf("Calls after a push and a sync = %d, want %d (users' calls only)", got, before+1)
+	}
 }
