@@ -85,7 +85,7 @@ func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, g *corpusv1.Gue
 			}
 		}
 		p.drainInFlight(ctx, drv, g, in.Project, running, gen)
-		if err := p.stopGeneration(ctx, drv, g.Name, in.Project, gen); err != nil {
+		if err := p.stopRunning(ctx, drv, g.Name, in.Project, gen); err != nil {
 			return later, fmt.Errorf("stopping the processes of %s: %w", gen, err)
 		}
 		p.left.drop(g.Id, gen)

@@ -18,6 +18,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy/githook"
+	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -134,7 +135,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 	default:
 		ok := false
 		if cur == in.Release {
-			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in); err != nil {
+			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in, running); err != nil {
 				return out, err
 			}
 		}
@@ -269,17 +270,13 @@ func instanceEnv(env *corpusv1.ProjectEnv, index uint32) *corpusv1.ProjectEnv {
 	return env
 }
 
-// runsAsScaled says whether the guest's processes of its release are
-// those its index runs.
-func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest string, in Instance) (bool, error) {
+// runsAsScaled says whether the guest's processes of its release
+// (running) are those its index runs.
+func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest string, in Instance, running []supervisor.Status) (bool, error) {
 	rel := corpusv1.ReleaseName(in.Release)
 	spec, ok, err := readRunSpec(ctx, drv, guest, in.Project, rel)
 	if err != nil || !ok {
 		return !ok, err
-	}
-	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
-	if err != nil {
-		return false, err
 	}
 	var want, have []string
 	for _, proc := range spec.on(in.Scale, in.Index).Processes {

@@ -498,14 +498,20 @@ func (p *Pipeline) stopGeneration(ctx context.Context, drv drivers.Driver, guest
 	}
 	for _, proc := range st {
 		if proc.Generation == gen {
-			res, err := p.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project, ID: gen})
-			if err == nil && res.Error != "" {
-				err = errors.New(res.Error)
-			}
-			return err
+			return p.stopRunning(ctx, drv, guest, project, gen)
 		}
 	}
 	return nil
+}
+
+// stopRunning ends generation gen of a project's processes, which the
+// guest runs (the caller asked it).
+func (p *Pipeline) stopRunning(ctx context.Context, drv drivers.Driver, guest, project, gen string) error {
+	res, err := p.runtime.Call(ctx, drv, guest, supervisor.Request{Op: supervisor.OpStop, Project: project, ID: gen})
+	if err == nil && res.Error != "" {
+		err = errors.New(res.Error)
+	}
+	return err
 }
 
 // nextGeneration names a new generation of release: the release's name,
