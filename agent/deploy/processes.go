@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,10 +194,10 @@ type rollout struct {
 	// some); nil retires whole generations.
 	names []string
 	// others are the project's generations that ran beside this one
-	// when it started: what retireOthers may stop. What starts later
-	// (the next deploy's, once the environment's lock let go) is not
-	// this rollout's to retire.
-	others map[string]bool
+	// when it started, with their releases: what retireOthers stops.
+	// What starts later (the next deploy's, once the environment's lock
+	// let go) is not this rollout's to retire.
+	others map[string]string
 }
 
 // webPorts are the ports a new web process may take, best first: the
@@ -287,10 +289,10 @@ func (p *Pipeline) startGeneration(ctx context.Context, drv drivers.Driver, g *c
 		if err != nil {
 			cancelWeb() // no use asking a web that did not start
 		} else {
-			r.others = map[string]bool{}
+			r.others = map[string]string{}
 			for _, st := range res.Processes {
 				if st.Generation != gen {
-					r.others[st.Generation] = true
+					r.others[st.Generation] = st.Release
 				}
 			}
 		}
@@ -408,30 +410,27 @@ func (p *Pipeline) proxyTargets(target string) bool {
 // finished (up to the grace period); those of release standby, which
 // stands by (a blue-green deploy's release before), keep running and
 // serving.
+//
+// The supervisor's answer to the start listed them: they are not asked
+// for again (a generation another call stopped since is no work for the
+// supervisor's stop).
 func (r *rollout) retireOthers(ctx context.Context, standby string) {
 	if standby == "" {
 		r.drained()
 	}
-	st, err := r.p.runtime.Status(ctx, r.drv, r.guest.Name, r.project)
-	if err != nil {
-		r.say("       warning: listing the old processes: %v", err)
-		return
-	}
-	seen := map[string]bool{}
-	for _, p := range st {
-		if p.Generation == r.gen || seen[p.Generation] || !r.others[p.Generation] || (standby != "" && p.Release == standby) {
+	for _, gen := range slices.Sorted(maps.Keys(r.others)) {
+		if standby != "" && r.others[gen] == standby {
 			continue
 		}
-		seen[p.Generation] = true
-		res, err := r.p.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: p.Generation, Names: r.names})
+		res, err := r.p.runtime.Call(ctx, r.drv, r.guest.Name, supervisor.Request{Op: supervisor.OpStop, Project: r.project, ID: gen, Names: r.names})
 		if err == nil && res.Error != "" {
 			err = errors.New(res.Error)
 		}
 		if err != nil {
-			r.say("       warning: stopping the processes of %s: %v", p.Generation, err)
+			r.say("       warning: stopping the processes of %s: %v", gen, err)
 			continue
 		}
-		r.say("       stopped the processes of %s", p.Generation)
+		r.say("       stopped the processes of %s", gen)
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// Pause is the longest pause between two asks of a web process that
+// pause is the longest pause between two asks of a web process that
 // does not answer yet.
-const Pause = 100 * time.Millisecond
+const pause = 100 * time.Millisecond
 
 // ErrNoAnswer: a web process gave no good answer in time.
 var ErrNoAnswer = errors.New("no good answer")
@@ -47,6 +47,6 @@ func Wait(ctx context.Context, url string, timeout time.Duration, accept func(in
 			return "", fmt.Errorf("GET %s: %s (%w within %s)", url, last, ErrNoAnswer, timeout)
 		}
 		time.Sleep(wait)
-		wait = min(2*wait, Pause)
+		wait = min(2*wait, pause)
 	}
 }
