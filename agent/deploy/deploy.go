@@ -20,6 +20,7 @@ import (
 	"corpus/agent/deploy/githook"
 	"corpus/agent/deploy/imagetree"
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/deploy/srctree"
 	"corpus/agent/deploy/webcheck"
 	"corpus/drivers"
 	"corpus/internal/failpoint"
@@ -77,7 +78,7 @@ type deploy struct {
 	release *corpusv1.Release
 	prev    *corpusv1.Release // the serving release, nil on the first deploy
 	known   []*corpusv1.Release
-	tree    *tree
+	tree    *srctree.Tree
 	man     *manifest.Manifest
 	// image is the release's image when it is made from one (its tree
 	// instead of a pushed one); imageRef and imageDigest are what the
@@ -280,7 +281,7 @@ func (q quarantineGit) output(args ...string) ([]byte, error) {
 
 // inspectPush checks a pushed commit against the project contract before
 // anything happens, so a bad push changes nothing.
-func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manifest.Manifest, string, error) {
+func inspectPush(g quarantineGit, commit string, maxBytes int64) (*srctree.Tree, *manifest.Manifest, string, error) {
 	// --no-walk: an instance's repository holds the commit and its tree,
 	// not its parents (a push refused before it never reached it), and
 	// log -1 reads the parents all the same.
@@ -292,7 +293,7 @@ func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manife
 	if err != nil {
 		return nil, nil, "", err
 	}
-	var entries []treeEntry
+	var entries []srctree.Entry
 	for _, rec := range bytes.Split(raw, []byte{0}) {
 		if len(rec) == 0 {
 			continue
@@ -302,7 +303,7 @@ func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manife
 		if !ok || len(f) != 4 {
 			return nil, nil, "", fmt.Errorf("unexpected ls-tree output %q", rec)
 		}
-		e := treeEntry{Mode: f[0], Type: f[1], Path: p}
+		e := srctree.Entry{Mode: f[0], Type: f[1], Path: p}
 		e.Size, _ = strconv.ParseInt(f[3], 10, 64)
 		if e.Mode == "120000" {
 			target, err := g.output("cat-file", "blob", f[2])
@@ -313,7 +314,7 @@ func inspectPush(g quarantineGit, commit string, maxBytes int64) (*tree, *manife
 		}
 		entries = append(entries, e)
 	}
-	t, err := checkTree(entries, maxBytes)
+	t, err := srctree.Check(entries, maxBytes)
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"corpus/agent/deploy/imagetree"
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/deploy/srctree"
 	"corpus/agent/deploy/webcheck"
 	corpusv1 "corpus/proto/corpus/v1"
 )
@@ -68,9 +69,9 @@ func (d *deploy) syncImage(rel string) error {
 
 // imageDeploy is a deploy's manifest and tree for a release from an
 // image: the defaults, and no install steps or hooks.
-func imageDeploy() (*manifest.Manifest, *tree) {
+func imageDeploy() (*manifest.Manifest, *srctree.Tree) {
 	man, _ := manifest.Parse(nil)
-	return man, &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
+	return man, &srctree.Tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
 }
 
 // useImage makes src the deploy's tree: its files, its command as web,

@@ -1,4 +1,7 @@
-package deploy
+// Package srctree checks the tree of a release's source (a pushed
+// commit's, as git ls-tree lists it) against the deploy contract and says
+// what the pipeline needs of it: its install steps, its hooks, its size.
+package srctree
 
 import (
 	"errors"
@@ -11,8 +14,8 @@ import (
 	"corpus/agent/deploy/manifest"
 )
 
-// treeEntry is one line of `git ls-tree -r -l`.
-type treeEntry struct {
+// Entry is one line of `git ls-tree -r -l`.
+type Entry struct {
 	Mode string
 	Type string
 	Size int64
@@ -21,19 +24,19 @@ type treeEntry struct {
 	Target string
 }
 
-// tree is what a pushed commit holds, as the pipeline needs to know it.
-type tree struct {
+// Tree is what a pushed commit holds, as the pipeline needs to know it.
+type Tree struct {
 	Install []string          // install.d executables, in run order
 	Hooks   map[string]bool   // hook name → present
 	Size    int64             // bytes of all blobs
 	Entries map[string]string // path → mode, for checks
 }
 
-// checkTree applies the contract's rules to a pushed tree and says what
+// Check applies the contract's rules to a pushed tree and says what
 // it holds: executable steps, symlinks that stay inside the release, no
 // submodules.
-func checkTree(entries []treeEntry, maxBytes int64) (*tree, error) {
-	t := &tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
+func Check(entries []Entry, maxBytes int64) (*Tree, error) {
+	t := &Tree{Hooks: map[string]bool{}, Entries: map[string]string{}}
 	var errs []string
 	for _, e := range entries {
 		t.Entries[e.Path] = e.Mode
