@@ -67,7 +67,9 @@ func (r *rollout) webPort() int32 {
 // node's proxy are answered (up to its grace). A web the routes left
 // (left) keeps running until settleOthers has passed since, for the
 // proxies of other nodes that had not heard of the move yet: later is
-// when it may stop, zero when nothing waits. The sync that switched does
+// when the first of those may stop, zero when nothing waits (each stops
+// as soon as it may, not in the next deploy's staging: pushes a second
+// apart leave two such webs). The sync that switched does
 // not wait for that with the environment's lock held: the next deploy's
 // staging may begin meanwhile. running is what ran when the sync began:
 // what it started since is needed.
@@ -78,8 +80,8 @@ func (p *Pipeline) tidy(ctx context.Context, drv drivers.Driver, g *corpusv1.Gue
 	for _, gen := range unneeded(running, in, out) {
 		if at, ok := p.left.at(g.Id, gen); ok {
 			if until := at.Add(settleOthers); time.Now().Before(until) {
-				if until.After(later) {
-					later = until
+				if later.IsZero() || until.Before(later) {
+					later = until // the first to settle: a sync then stops it
 				}
 				continue
 			}
@@ -183,13 +185,11 @@ func unneeded(running []supervisor.Status, in Instance, out Outcome) []string {
 // environment's first instance has nothing to do: no switch (back) to
 // follow, no generation to stop. cur is the release it serves.
 func (p *Pipeline) firstIdle(ctx context.Context, drv drivers.Driver, guest string, in Instance) (idle bool, cur uint32, err error) {
-	if cur, err = currentRelease(ctx, drv, guest, in.Project); err != nil {
+	seen, err := p.look(ctx, drv, guest, in.Project, 0, 0)
+	if err != nil {
 		return false, 0, err
 	}
-	running, err := p.runtime.Status(ctx, drv, guest, in.Project)
-	if err != nil {
-		return false, cur, err
-	}
+	cur, running := seen.cur, seen.running
 	follow := in.Release != 0 && cur != in.Release && runs(running, in.Release)
 	return !follow && (cur == 0 || len(unneeded(running, in, Outcome{Serving: cur})) == 0), cur, nil
 }

@@ -18,7 +18,6 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy/githook"
-	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -59,6 +58,10 @@ type Instance struct {
 	Staged       uint32
 	Standby      uint32
 	StandbyUntil time.Time
+	// From is what the instance served when its last sync staged
+	// Release (0: it did not): the sync expects to switch from it, and
+	// does so in the exec that looks (a rolling deploy's switch).
+	From uint32
 }
 
 func (in Instance) key() string { return fmt.Sprintf("%s/%s#%d", in.Project, in.Env, in.Index) }
@@ -105,22 +108,33 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		return Outcome{}, ErrBusy
 	}
 	defer p.envLocks.Unlock(key)
-	cur, err := currentRelease(ctx, drv, g.Name, in.Project)
+	from := in.From
+	if in.Index <= 1 || from == in.Release {
+		from = 0
+	}
+	seen, err := p.look(ctx, drv, g.Name, in.Project, from, in.Release, in.Release, in.Staged)
 	if err != nil {
 		return Outcome{}, err
 	}
+	cur, switched, running := seen.cur, seen.switched, seen.running
 	out := Outcome{Serving: cur}
-	running, err := p.runtime.Status(ctx, drv, g.Name, in.Project)
-	if err != nil {
-		return out, err
+	if switched && !runs(running, in.Release) {
+		// Its staged processes are gone: it deploys as below.
+		if err := restoreCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release), cur); err != nil {
+			return out, fmt.Errorf("pointing current back at %s: %w", corpusv1.ReleaseName(cur), err)
+		}
+		switched = false
 	}
 	switch {
 	case in.Release != 0 && cur != in.Release && runs(running, in.Release):
 		// A switch (back): the release's processes run already, staged
-		// or standing by; current moves, and the routes if they are not
-		// at its web yet (a switch moved them already).
-		if err := switchCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release)); err != nil {
-			return out, err
+		// or standing by; current moves (the look did that when it was
+		// the switch expected), and the routes if they are not at its
+		// web yet (a switch moved them already).
+		if !switched {
+			if err := switchCurrent(ctx, drv, g.Name, in.Project, corpusv1.ReleaseName(in.Release)); err != nil {
+				return out, err
+			}
 		}
 		if port := webPort(running, in.Release); port != 0 {
 			if err := p.setWebPort(ctx, in.Project, in.Env, in.Index, port); err != nil {
@@ -135,12 +149,12 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 	default:
 		ok := false
 		if cur == in.Release {
-			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in, running); err != nil {
+			if ok, err = p.runsAsScaled(ctx, drv, g.Name, in, seen); err != nil {
 				return out, err
 			}
 		}
 		if !ok {
-			if out.Serving, _, err = p.serveRelease(ctx, g, drv, in, in.Release, cur, serving); err != nil {
+			if out.Serving, _, err = p.serveRelease(ctx, g, drv, in, seen, in.Release, cur, serving); err != nil {
 				return out, err
 			}
 		}
@@ -150,7 +164,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 		// Staged already (a rolling deploy's instance switched to it
 		// since, or web-less processes): nothing to start again.
 		if out.StagedPort = webPort(running, in.Staged); !runs(running, in.Staged) {
-			if _, out.StagedPort, err = p.serveRelease(ctx, g, drv, in, in.Staged, out.Serving, nil); err != nil {
+			if _, out.StagedPort, err = p.serveRelease(ctx, g, drv, in, seen, in.Staged, out.Serving, nil); err != nil {
 				out.Staged = 0
 				return out, err
 			}
@@ -167,7 +181,7 @@ func (p *Pipeline) SyncInstance(ctx context.Context, in Instance, serving func(u
 // serving nil it stages: the processes start, their web answers, nothing
 // else moves (the port is returned). Otherwise rel takes the traffic and
 // the others are retired.
-func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv drivers.Driver, in Instance, rel, cur uint32, serving func(uint32)) (uint32, int32, error) {
+func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv drivers.Driver, in Instance, seen sight, rel, cur uint32, serving func(uint32)) (uint32, int32, error) {
 	want := corpusv1.ReleaseName(rel)
 	fail := func(err error) (uint32, int32, error) { return cur, 0, fmt.Errorf("%s: %w", want, err) }
 	res, err := coordCall(p, func(c corpusv1connect.AgentServiceClient) (*connect.Response[corpusv1.InstanceReleaseResponse], error) {
@@ -181,7 +195,7 @@ func (p *Pipeline) serveRelease(ctx context.Context, g *corpusv1.Guest, drv driv
 		return cur, 0, nil
 	}
 	env := instanceEnv(res.Env, in.Index)
-	spec, held, err := readRunSpec(ctx, drv, g.Name, in.Project, want)
+	spec, held, err := seen.runSpec(ctx, drv, g.Name, in.Project, rel)
 	if err != nil {
 		return fail(err)
 	}
@@ -272,9 +286,9 @@ func instanceEnv(env *corpusv1.ProjectEnv, index uint32) *corpusv1.ProjectEnv {
 
 // runsAsScaled says whether the guest's processes of its release
 // (running) are those its index runs.
-func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest string, in Instance, running []supervisor.Status) (bool, error) {
+func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest string, in Instance, seen sight) (bool, error) {
 	rel := corpusv1.ReleaseName(in.Release)
-	spec, ok, err := readRunSpec(ctx, drv, guest, in.Project, rel)
+	spec, ok, err := seen.runSpec(ctx, drv, guest, in.Project, in.Release)
 	if err != nil || !ok {
 		return !ok, err
 	}
@@ -282,7 +296,7 @@ func (p *Pipeline) runsAsScaled(ctx context.Context, drv drivers.Driver, guest s
 	for _, proc := range spec.on(in.Scale, in.Index).Processes {
 		want = append(want, proc.Name)
 	}
-	for _, st := range running {
+	for _, st := range seen.running {
 		if st.Release == rel {
 			have = append(have, st.Name)
 		}

@@ -146,8 +146,17 @@ func (p *Pipeline) writeReleaseFiles(ctx context.Context, drv drivers.Driver, gu
 // a release without processes.
 func readRunSpec(ctx context.Context, drv drivers.Driver, guest, project, release string) (runSpec, bool, error) {
 	out, err := runIn(ctx, drv, guest, nil, "sh", "-c", `cat "$1" 2>/dev/null || true`, "sh", runFile(project, release))
-	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+	if err != nil {
 		return runSpec{}, false, err
+	}
+	return parseRunSpec(release, out)
+}
+
+// parseRunSpec reads a release's run spec from its file's content out
+// (none when empty).
+func parseRunSpec(release string, out []byte) (runSpec, bool, error) {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return runSpec{}, false, nil
 	}
 	var s runSpec
 	if err := json.Unmarshal(out, &s); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"corpus/agent/cache"
 	"corpus/agent/deploy/manifest"
+	"corpus/agent/runtime/supervisor"
 	"corpus/drivers"
 	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
@@ -126,7 +128,12 @@ func currentRelease(ctx context.Context, drv drivers.Driver, guest, project stri
 	if code != 0 {
 		return 0, fmt.Errorf("reading %s/current: exit status %d", projectDir(project), code)
 	}
-	link := strings.TrimSpace(out.String())
+	return parseCurrent(project, out.String())
+}
+
+// parseCurrent reads the release of current's target, link (0 for none).
+func parseCurrent(project, link string) (uint32, error) {
+	link = strings.TrimSpace(link)
 	if link == "" {
 		return 0, nil
 	}
@@ -135,6 +142,71 @@ func currentRelease(ctx context.Context, drv drivers.Driver, guest, project stri
 		return 0, fmt.Errorf("%s/current points at %q, not a release", projectDir(project), link)
 	}
 	return n, nil
+}
+
+// lookScript prints current's target, then, when it points at release
+// $2 (set), points it at release $3 and says "switched"; then each file
+// named after (a run spec: one line), on a line of its own.
+const lookScript = `dir=$1 from=$2 to=$3; shift 3
+link=$(readlink "$dir/current") || link=
+printf '%s\n' "$link"
+if [ -n "$from" ] && [ "$link" = "releases/$from" ] && cd "$dir" && test -d "releases/$to"; then
+	rm -f current.new && ln -s "releases/$to" current.new && mv -T current.new current && printf switched
+fi
+for f; do printf '\n'; cat "$f" 2>/dev/null; done
+true`
+
+// sight is what one look at an instance's guest saw.
+type sight struct {
+	cur      uint32 // the release current pointed at
+	switched bool   // current moved from it (look's from, to)
+	running  []supervisor.Status
+	specs    map[uint32][]byte // run specs read, by release
+}
+
+// runSpec is release rel's run spec as the look read it (readRunSpec
+// reads it when the look did not).
+func (s sight) runSpec(ctx context.Context, drv drivers.Driver, guest, project string, rel uint32) (runSpec, bool, error) {
+	if raw, ok := s.specs[rel]; ok {
+		return parseRunSpec(corpusv1.ReleaseName(rel), raw)
+	}
+	return readRunSpec(ctx, drv, guest, project, corpusv1.ReleaseName(rel))
+}
+
+// look reads which release current points at, the run specs of the
+// releases specs (those not zero) and the project's processes, in one
+// exec. With from set, that exec first switches current from release
+// from to release to, when it points at from (switched; cur is what it
+// pointed at before). On an error current is as it was.
+func (p *Pipeline) look(ctx context.Context, drv drivers.Driver, guest, project string, from, to uint32, specs ...uint32) (sight, error) {
+	args := []string{projectDir(project), "", ""}
+	if from != 0 {
+		args[1], args[2] = corpusv1.ReleaseName(from), corpusv1.ReleaseName(to)
+	}
+	specs = slices.DeleteFunc(slices.Compact(specs), func(n uint32) bool { return n == 0 })
+	for _, n := range specs {
+		args = append(args, runFile(project, corpusv1.ReleaseName(n)))
+	}
+	pre, running, err := p.runtime.StatusAfter(ctx, drv, guest, project, lookScript, args...)
+	lines := strings.SplitN(string(pre), "\n", 2+len(specs))
+	s := sight{running: running, switched: len(lines) > 1 && lines[1] == "switched"}
+	if err == nil {
+		s.cur, err = parseCurrent(project, lines[0])
+	}
+	if len(lines) == 2+len(specs) {
+		// (Else a spec of more than one line: runSpec reads it.)
+		s.specs = map[uint32][]byte{}
+		for i, n := range specs {
+			s.specs[n] = []byte(lines[2+i])
+		}
+	}
+	if err != nil && s.switched {
+		// Nothing else moves: current goes back.
+		if rerr := restoreCurrent(context.WithoutCancel(ctx), drv, guest, project, corpusv1.ReleaseName(to), from); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("pointing current back at %s: %w", corpusv1.ReleaseName(from), rerr))
+		}
+	}
+	return s, err
 }
 
 // recoverDeploys resolves deploys and rollbacks a crash interrupted,

@@ -118,6 +118,9 @@ func (s *Syncer) Reconcile(ctx context.Context, assigned []*corpusv1.InstanceAss
 		st.busy, st.key = true, key
 		in := deploy.Instance{GuestID: as.GuestId, Guest: g.Name, Project: as.Project, Env: as.Env, Index: as.Index, Release: as.Release, Scale: as.Scale,
 			Staged: staged, Standby: as.StandbyRelease, StandbyUntil: until}
+		if st.err == "" && st.out.Staged == as.Release && st.out.Serving != as.Release {
+			in.From = st.out.Serving // a switch to what it staged
+		}
 		go s.run(ctx, in, st)
 	}
 	for id := range s.state {

@@ -2,6 +2,7 @@ package instances
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -126,4 +127,59 @@ func TestTidyAt(t *testing.T) {
 		t.Error("a sync with nothing to wait for asked for a pass")
 	default:
 	}
+}
+
+// TestFrom: the sync of a release the instance's last sync staged is
+// told what it served then (Instance.From: the switch it expects); a
+// sync of any other release, or after a sync that failed, is not.
+func TestFrom(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen []deploy.Instance
+		fail bool
+	)
+	syncFn := func(ctx context.Context, in deploy.Instance, serving func(uint32)) (deploy.Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, in)
+		if fail {
+			return deploy.Outcome{}, errors.New("it broke")
+		}
+		return deploy.Outcome{Serving: in.Release, Staged: in.Staged}, nil
+	}
+	s := New(syncFn, func() {}, func() {}, slog.New(slog.DiscardHandler))
+	guests := map[string]Guest{"g2": {Name: "site-dev-2", Running: true, PID: 7}}
+	step := func(rel, staged uint32, want deploy.Instance) {
+		t.Helper()
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		s.Reconcile(context.Background(), []*corpusv1.InstanceAssignment{{GuestId: "g2", Project: "site", Env: "dev", Index: 2, Release: rel, StagedRelease: staged}}, guests)
+		testrun.Until(t, 10*time.Second, "the sync done", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen) == n+1 && !s.state["g2"].busy
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if got := seen[n]; got.Release != want.Release || got.Staged != want.Staged || got.From != want.From {
+			t.Errorf("release %d, staged %d: synced %+v, want %+v", rel, staged, got, want)
+		}
+	}
+	step(3, 0, deploy.Instance{Release: 3})
+	step(3, 4, deploy.Instance{Release: 3, Staged: 4})
+	step(4, 4, deploy.Instance{Release: 4, From: 3}) // the roll's switch
+	step(4, 5, deploy.Instance{Release: 4, Staged: 5})
+	step(6, 0, deploy.Instance{Release: 6}) // not what it staged
+	step(6, 7, deploy.Instance{Release: 6, Staged: 7})
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	step(6, 8, deploy.Instance{Release: 6, Staged: 8})
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	step(8, 8, deploy.Instance{Release: 8}) // the last sync failed
 }

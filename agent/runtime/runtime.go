@@ -337,19 +337,54 @@ func answer(guest string, out []byte) (*supervisor.Response, error) {
 // Status lists a project's processes in the guest; none when the guest
 // runs no supervisor (no socket). One exec looks and asks.
 func (r *Runtime) Status(ctx context.Context, x Execer, guest, project string) ([]supervisor.Status, error) {
-	out, err := ask(ctx, x, guest, supervisor.Request{Op: supervisor.OpStatus, Project: project},
-		"sh", "-c", `test -S "$1" || exit 0; exec "$2" ctl`, "sh", supervisor.Socket, supervisor.Binary)
-	if err != nil || len(bytes.TrimSpace(out)) == 0 {
-		return nil, err
+	_, st, err := r.StatusAfter(ctx, x, guest, project, "")
+	return st, err
+}
+
+// statusMark ends what StatusAfter's script wrote.
+const statusMark = "\n--corpus-status--\n"
+
+// StatusAfter runs the shell script before in the guest, then lists a
+// project's processes as Status does, in one exec; it returns what
+// before wrote (its standard output) too, also with an error when the
+// supervisor failed after it. before must exit 0, and must
+// neither exec nor read its input (the request); its positional
+// parameters are args.
+func (r *Runtime) StatusAfter(ctx context.Context, x Execer, guest, project, before string, args ...string) ([]byte, []supervisor.Status, error) {
+	script := `test -S "$1" || exit 0; exec "$2" ctl`
+	if before != "" {
+		script = `sock=$1 bin=$2; shift 2
+` + before + `
+printf '` + strings.ReplaceAll(statusMark, "\n", `\n`) + `'
+test -S "$sock" || exit 0; exec "$bin" ctl`
+	}
+	req, err := json.Marshal(supervisor.Request{Op: supervisor.OpStatus, Project: project})
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := run(ctx, x, guest, bytes.NewReader(req), append([]string{"sh", "-c", script, "sh", supervisor.Socket, supervisor.Binary}, args...)...)
+	var pre []byte
+	if before != "" {
+		// What before said, also when the supervisor failed after it.
+		var ok bool
+		if pre, out, ok = bytes.Cut(out, []byte(statusMark)); !ok && err == nil {
+			err = fmt.Errorf("the script ended early: %q", pre)
+		}
+	}
+	if err != nil {
+		return pre, nil, fmt.Errorf("the supervisor of guest %s: %w", guest, err)
+	}
+	if len(bytes.TrimSpace(out)) == 0 {
+		return pre, nil, nil
 	}
 	res, err := answer(guest, out)
 	if err != nil {
-		return nil, err
+		return pre, nil, err
 	}
 	if res.Error != "" {
-		return nil, errors.New(res.Error)
+		return pre, nil, errors.New(res.Error)
 	}
-	return res.Processes, nil
+	return pre, res.Processes, nil
 }
 
 // WriteEnv puts env in the guest at path as JSON, readable by uid only:

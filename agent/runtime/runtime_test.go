@@ -240,6 +240,19 @@ func TestStatus(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Name != "web" || got[0].Release != "r3" || len(c.inputs) != 2 {
 		t.Errorf("Status with a supervisor = %+v, %v in %d execs in all; want web of r3 in 1 more", got, err, len(c.inputs))
 	}
+	// A script before, its arguments, and the answer after, in one exec.
+	pre, got, err := r.StatusAfter(context.Background(), c, "g", "site", `printf '%s\n%s' "$1" "$2"; cd /`, "a b", "c")
+	if err != nil || string(pre) != "a b\nc" || len(got) != 1 || got[0].Release != "r3" || len(c.inputs) != 3 {
+		t.Errorf("StatusAfter = %q, %+v, %v in %d execs in all; want \"a b\\nc\", web of r3 in 1 more", pre, got, err, len(c.inputs))
+	}
+	ln.Close()
+	pre, got, err = r.StatusAfter(context.Background(), c, "g", "site", `echo "$1"`, "x")
+	if err != nil || string(pre) != "x\n" || got != nil {
+		t.Errorf("StatusAfter without a supervisor = %q, %+v, %v; want \"x\\n\" and none", pre, got, err)
+	}
+	if _, _, err := r.StatusAfter(context.Background(), c, "g", "site", `exit 3`); err == nil {
+		t.Error("StatusAfter took a script that failed")
+	}
 }
 
 // TestEnsureCall starts the supervisor and asks it in one exec where the
