@@ -2,6 +2,7 @@ package webcheck
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,5 +42,34 @@ func TestWait(t *testing.T) {
 	}
 	if want := "503 Service Unavailable"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not name the last answer %q", err, want)
+	}
+}
+
+// TestWaitListens: a web that does not listen yet (connections refused)
+// is asked until it listens and answers.
+func TestWaitListens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(50 * time.Millisecond) // asked meanwhile: refused
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}()
+	status, err := Wait(t.Context(), "http://"+addr+"/", time.Minute, func(code int) bool { return code < 400 })
+	<-done
+	if err != nil || status != "200 OK" {
+		t.Errorf("Wait on a web listening late = %q, %v; want 200 OK", status, err)
 	}
 }
