@@ -312,7 +312,8 @@ func (r *Runtime) Call(ctx context.Context, x Execer, guest string, req supervis
 }
 
 // ask sends req on the input of argv (the supervisor's ctl, or a script
-// that runs it) and returns what came out.
+// that runs it) and returns what came out, also with an error (what a
+// script wrote before the supervisor failed).
 func ask(ctx context.Context, x Execer, guest string, req supervisor.Request, argv ...string) ([]byte, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -320,7 +321,7 @@ func ask(ctx context.Context, x Execer, guest string, req supervisor.Request, ar
 	}
 	out, err := run(ctx, x, guest, bytes.NewReader(b), argv...)
 	if err != nil {
-		return nil, fmt.Errorf("the supervisor of guest %s: %w", guest, err)
+		return out, fmt.Errorf("the supervisor of guest %s: %w", guest, err)
 	}
 	return out, nil
 }
@@ -358,21 +359,18 @@ func (r *Runtime) StatusAfter(ctx context.Context, x Execer, guest, project, bef
 printf '` + strings.ReplaceAll(statusMark, "\n", `\n`) + `'
 test -S "$sock" || exit 0; exec "$bin" ctl`
 	}
-	req, err := json.Marshal(supervisor.Request{Op: supervisor.OpStatus, Project: project})
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := run(ctx, x, guest, bytes.NewReader(req), append([]string{"sh", "-c", script, "sh", supervisor.Socket, supervisor.Binary}, args...)...)
+	out, err := ask(ctx, x, guest, supervisor.Request{Op: supervisor.OpStatus, Project: project},
+		append([]string{"sh", "-c", script, "sh", supervisor.Socket, supervisor.Binary}, args...)...)
 	var pre []byte
 	if before != "" {
 		// What before said, also when the supervisor failed after it.
 		var ok bool
 		if pre, out, ok = bytes.Cut(out, []byte(statusMark)); !ok && err == nil {
-			err = fmt.Errorf("the script ended early: %q", pre)
+			err = fmt.Errorf("the script in guest %s ended early: %q", guest, pre)
 		}
 	}
 	if err != nil {
-		return pre, nil, fmt.Errorf("the supervisor of guest %s: %w", guest, err)
+		return pre, nil, err
 	}
 	if len(bytes.TrimSpace(out)) == 0 {
 		return pre, nil, nil

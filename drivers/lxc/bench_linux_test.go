@@ -151,11 +151,16 @@ func guestCPU(b *testing.B, pid int) func() int64 {
 		if len(f) != 3 || (f[0] != "0" && !containsField(f[1], "cpuacct")) {
 			continue
 		}
-		dir, _, _ := strings.Cut(f[2], "/lxc.payload.")
-		rest, _, _ := strings.Cut(strings.TrimPrefix(f[2], dir+"/"), "/")
-		path := filepath.Join(cgroupRoot, "cpuacct", dir, rest, "cpuacct.usage")
+		// Up to the payload cgroup: init may sit in a leaf below it.
+		cg := f[2]
+		if i := strings.Index(cg, "/lxc.payload."); i >= 0 {
+			if j := strings.IndexByte(cg[i+1:], '/'); j >= 0 {
+				cg = cg[:i+1+j]
+			}
+		}
+		path := filepath.Join(cgroupRoot, "cpuacct", cg, "cpuacct.usage")
 		if f[0] == "0" {
-			path = filepath.Join(cgroupRoot, dir, rest, "cpu.stat")
+			path = filepath.Join(cgroupRoot, cg, "cpu.stat")
 		}
 		return func() int64 {
 			raw, err := os.ReadFile(path)
