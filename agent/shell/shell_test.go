@@ -195,7 +195,7 @@ func TestLimits(t *testing.T) {
 		t.Errorf("a second session at a cap of 1 = %v, want ErrBusy", err)
 	}
 	<-done
-	if err != nil || code != 129 || !strings.Contains(c.output(), "idle") || time.Since(start) > 20*time.Second {
+	if err != nil || code != 129 || !strings.Contains(c.output(), "idle") || time.Since(start) > testrun.D(20*time.Second) {
 		t.Errorf("idle session: %d, %v, %q after %s", code, err, c.output(), time.Since(start))
 	}
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"corpus/drivers"
+	"corpus/internal/testrun"
 )
 
 func TestImageBuiltOnce(t *testing.T) {
@@ -123,7 +124,7 @@ func TestDebianBookworm(t *testing.T) {
 	}
 	// systemd must take the halt signal even right after boot; a kill
 	// would come only after the 30s timeout.
-	if took := time.Since(start); took > 25*time.Second {
+	if took := time.Since(start); took > testrun.D(25*time.Second) {
 		t.Errorf("Stop of a fresh systemd guest took %s: it did not halt", took)
 	}
 	t.Logf("debian Stop took %s", time.Since(start))

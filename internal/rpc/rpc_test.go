@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 	"corpus/proto/corpus/v1/corpusv1connect"
 )
@@ -54,7 +55,7 @@ func TestRetryWithoutLeader(t *testing.T) {
 	// It gives up at its deadline.
 	start := time.Now()
 	always := func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return nil, noLeader }
-	if _, err := RetryWithoutLeader(300*time.Millisecond)(always)(context.Background(), connect.NewRequest(&struct{}{})); err == nil || time.Since(start) > 2*time.Second {
+	if _, err := RetryWithoutLeader(300*time.Millisecond)(always)(context.Background(), connect.NewRequest(&struct{}{})); err == nil || time.Since(start) > testrun.D(2*time.Second) {
 		t.Errorf("retrying forever: %v after %s", err, time.Since(start))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corpus/internal/testrun"
 )
 
 // TestUnhealthyTargetOutOfRotation: requests are spread over a route's
@@ -46,7 +48,7 @@ func TestUnhealthyTargetOutOfRotation(t *testing.T) {
 	backends[1].Close()
 	start := time.Now()
 	waitFor(t, "b out of rotation", func() bool { return slices.Contains(p.TargetsDown(), addrB) })
-	if took := time.Since(start); took > 1500*time.Millisecond {
+	if took := time.Since(start); took > testrun.D(1500*time.Millisecond) {
 		t.Errorf("b out of rotation after %v, want about a second at most", took)
 	}
 	if seen, failed := count(30, "POST"); failed != 0 || seen["b"] != 0 || seen["a"]+seen["c"] != 30 {

@@ -112,7 +112,7 @@ func TestProcessesPython(t *testing.T) {
 		}
 		return nil
 	})
-	if took := time.Since(crashed); took > 2*time.Second {
+	if took := time.Since(crashed); took > testrun.D(2*time.Second) {
 		t.Errorf("web took %s to come back after a crash", took)
 	}
 	l.wantPage("version one")

@@ -105,7 +105,7 @@ func TestSecondDaemonOnAFolderIsRefused(t *testing.T) {
 			if !strings.Contains(out.String(), holder) {
 				t.Errorf("corpus %s said:\n%s\nwant it to contain %q", args[0], out.String(), holder)
 			}
-			if took > 5*time.Second {
+			if took > testrun.D(5*time.Second) {
 				t.Errorf("corpus %s took %v to refuse, want at once", args[0], took)
 			}
 		})
