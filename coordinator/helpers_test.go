@@ -61,6 +61,11 @@ func launch(t *testing.T, dir string, opts ...func(*coordinator.Config)) *server
 	cfg.DNS.Addr = "127.0.0.1:0"
 	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.Logger = testLogger(t)
+	// A test's nodes report when the test says, not every few seconds,
+	// so the heartbeat deadline is scaled like every other deadline of a
+	// test: at load 30 its nodes went down mid-test and their guests moved
+	// (the tests of liveness set their own).
+	cfg.NodeTimeout = testrun.D(cfg.NodeTimeout)
 	for _, o := range opts {
 		o(&cfg)
 	}
