@@ -132,9 +132,10 @@ func (r *Recorder) flush(ctx context.Context) {
 		r.keep(taken)
 		return
 	}
+	now := clock.Or(r.Clock).Now()
 	uses, later := map[credential]*corpusv1.TokenUse{}, map[credential]*corpusv1.TokenUse{}
 	for c, u := range taken {
-		switch r.judge(view, c, u) {
+		switch r.judge(view, c, u, now) {
 		case stale:
 		case soon:
 			later[c] = u
@@ -176,20 +177,23 @@ const (
 	record verdict = iota
 	// stale: the token is gone, or holds this use or a later one.
 	stale
-	// soon: the token holds a use from the same address less than an
-	// interval older; the use waits for a later tick, so the token is
-	// written at most once per interval and its last use still lands.
+	// soon: the token holds a use from the same address recorded less
+	// than an interval before now; the use waits for the first tick an
+	// interval past that one, so the token is written at most once per
+	// interval and its last use still lands.
 	soon
 )
 
-// judge says what to do with the use u of credential c given the state
-// view.
-func (r *Recorder) judge(view *state.Snap, c credential, u *corpusv1.TokenUse) verdict {
+// judge says what to do, at now, with the use u of credential c given
+// the state view. Whether a use waits is measured from now, not from the
+// use: a use made just after the last recorded one would otherwise wait
+// for ever unless a later use replaced it.
+func (r *Recorder) judge(view *state.Snap, c credential, u *corpusv1.TokenUse, now time.Time) verdict {
 	last, from, ok := lastUse(view, c)
 	switch {
 	case !ok || (last != nil && !u.At.AsTime().After(last.AsTime())):
 		return stale
-	case last != nil && from == u.From && u.At.AsTime().Sub(last.AsTime()) < r.interval():
+	case last != nil && from == u.From && now.Sub(last.AsTime()) < r.interval():
 		return soon
 	}
 	return record
