@@ -8,41 +8,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"corpus/coordinator/clusterversion"
 	"corpus/coordinator/compat"
-	"corpus/coordinator/state"
+	"corpus/coordinator/state/statetest"
 	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// group is a state machine and its store; commit applies a command to
-// it as Raft would once the entry committed.
+// group is a replica of the state; commit applies a command to it as
+// Raft would once the entry committed, noting its kind.
 type group struct {
+	*statetest.Replica
 	mu    sync.Mutex
-	store *state.Store
-	fsm   *state.FSM
-	index uint64
 	kinds []string
 }
 
 func newGroup() *group {
-	st := state.NewStore()
-	return &group{store: st, fsm: state.NewFSM(st, slog.New(slog.DiscardHandler))}
+	return &group{Replica: statetest.NewReplica(func() time.Time { return time.Unix(1_800_000_000, 0) })}
 }
 
-func (g *group) commit(_ context.Context, cmd *corpusv1.Command) (uint64, error) {
+func (g *group) commit(ctx context.Context, cmd *corpusv1.Command) (uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.kinds = append(g.kinds, compat.Kind(cmd))
-	data, err := state.Encode(cmd, time.Unix(1_800_000_000, 0))
-	if err != nil {
-		return 0, err
-	}
-	g.index++
-	res := g.fsm.Apply(&raft.Log{Index: g.index, Type: raft.LogCommand, Data: data}).(*state.Result)
-	return res.Index, res.Err
+	return g.Propose(ctx, cmd)
 }
 
 func (g *group) register(t *testing.T, id, serverVersion string) {
@@ -78,7 +67,7 @@ func TestLoopRaisesToLowestVoter(t *testing.T) {
 	t.Cleanup(func() { compat.Current = release })
 	g := newGroup()
 	loop := &clusterversion.Loop{
-		Store:   g.store,
+		Store:   g.Store,
 		Voters:  func() ([]string, error) { return []string{"c1", "c2", "c3"}, nil },
 		Propose: g.commit,
 		Logger:  slog.New(slog.DiscardHandler),
@@ -91,7 +80,7 @@ func TestLoopRaisesToLowestVoter(t *testing.T) {
 	want := func(v string) {
 		t.Helper()
 		testrun.Wait(t, 10*time.Second, "cluster version "+v, func() error {
-			if got := g.store.Read().ClusterVersion().String(); got != v {
+			if got := g.Store.Read().ClusterVersion().String(); got != v {
 				return fmt.Errorf("cluster version %s", got)
 			}
 			return nil
@@ -122,7 +111,7 @@ func TestLowest(t *testing.T) {
 	g.register(t, "c2", "v0.1")
 	g.register(t, "c3", "")
 	g.register(t, "c4", "garbage")
-	v := g.store.Read()
+	v := g.Store.Read()
 	for _, tt := range []struct {
 		voters      []string
 		want        compat.Version
