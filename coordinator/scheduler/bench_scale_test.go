@@ -37,7 +37,7 @@ func BenchmarkPassAtScale(b *testing.B) {
 				g.Id, g.Name, g.DesiredState = fmt.Sprintf("g%06d-id", i), fmt.Sprintf("g%06d", i), state.DesiredRunning
 				g.Spec.Resources = &corpusv1.Resources{MemoryBytes: 32 << 20, CpuMillis: 10}
 				cmds = append(cmds, &corpusv1.Command{Cmd: &corpusv1.Command_CreateGuest{CreateGuest: &corpusv1.CreateGuest{Guest: g}}})
-				place = append(place, &corpusv1.PlaceGuest{GuestId: g.Id, NodeId: fmt.Sprintf("n%05d-id", i/perNode), ModifyIndex: r.index + uint64(len(cmds))})
+				place = append(place, &corpusv1.PlaceGuest{GuestId: g.Id, NodeId: fmt.Sprintf("n%05d-id", i/perNode), ModifyIndex: r.Index() + uint64(len(cmds))})
 			}
 			r.must(cmds...)
 			for len(place) > 0 {
@@ -45,13 +45,13 @@ func BenchmarkPassAtScale(b *testing.B) {
 				r.must(&corpusv1.Command{Cmd: &corpusv1.Command_PlaceGuests{PlaceGuests: &corpusv1.PlaceGuests{Placements: place[:n]}}})
 				place = place[n:]
 			}
-			if placed := len(scheduler.Plan(r.store.Read())); placed != 0 {
+			if placed := len(scheduler.Plan(r.Store.Read())); placed != 0 {
 				b.Fatalf("%d guests still to place after the setup", placed)
 			}
 			for i := range size.nodes / 10 {
 				r.nodeStatus(fmt.Sprintf("n%05d", i), state.NodeDown)
 			}
-			view := r.store.Read()
+			view := r.Store.Read()
 			for _, mode := range []string{"by-shape", "by-scan"} {
 				b.Run(mode, func(b *testing.B) {
 					defer scheduler.ByShape(mode == "by-shape")()

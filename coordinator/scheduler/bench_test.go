@@ -93,7 +93,7 @@ func populate(b *testing.B, apply applier, nodes, guests int) {
 // newFSMLog is the state machine fed directly, as the tests' replica is.
 func newFSMLog(b *testing.B) (*state.Store, applier) {
 	r := newReplica(b)
-	return r.store, func(cmds ...*corpusv1.Command) error {
+	return r.Store, func(cmds ...*corpusv1.Command) error {
 		for _, c := range cmds {
 			if _, err := r.apply(c); err != nil {
 				return err

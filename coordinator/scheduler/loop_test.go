@@ -9,30 +9,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator/scheduler"
 	"corpus/coordinator/state"
+	"corpus/coordinator/state/statetest"
 	"corpus/internal/testrun"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
-// replica is a store and the real state machine, written through a
-// proposer that applies each command as the next log entry, as Raft
-// would on a one-member group. It records what the scheduler proposes.
+// replica is a store and the real state machine (statetest.Replica),
+// each command applied as the next log entry, as Raft would on a
+// one-member group. It records what the scheduler proposes.
 type replica struct {
-	t     testing.TB
-	store *state.Store
-	fsm   *state.FSM
+	*statetest.Replica
+	t testing.TB
 
 	reg     *prometheus.Registry
 	metrics *scheduler.Metrics
 
 	mu       sync.Mutex
-	index    uint64
 	proposed []*corpusv1.PlaceGuest
 	batches  int
 }
@@ -43,23 +41,14 @@ func newReplica(t testing.TB) *replica {
 
 // newReplicaOf is a replica of a cluster bootstrapped with cfg.
 func newReplicaOf(t testing.TB, cfg *corpusv1.ClusterConfig) *replica {
-	store := state.NewStore()
-	r := &replica{t: t, store: store, fsm: state.NewFSM(store, slog.New(slog.DiscardHandler)), reg: prometheus.NewRegistry()}
-	r.metrics = scheduler.NewMetrics(r.reg, store)
+	r := &replica{Replica: statetest.NewReplica(time.Now), t: t, reg: prometheus.NewRegistry()}
+	r.metrics = scheduler.NewMetrics(r.reg, r.Store)
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_BootstrapCluster{BootstrapCluster: &corpusv1.BootstrapCluster{Config: cfg}}})
 	return r
 }
 
 func (r *replica) apply(cmd *corpusv1.Command) (uint64, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	data, err := state.Encode(cmd, time.Now())
-	if err != nil {
-		return 0, err
-	}
-	r.index++
-	res := r.fsm.Apply(&raft.Log{Index: r.index, Type: raft.LogCommand, Data: data}).(*state.Result)
-	return res.Index, res.Err
+	return r.Propose(context.Background(), cmd)
 }
 
 // propose is the scheduler's scheduler.Proposer.
@@ -102,7 +91,7 @@ func (r *replica) run() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		scheduler.Loop(ctx, r.store, r.propose, slog.New(slog.DiscardHandler), r.metrics)
+		scheduler.Loop(ctx, r.Store, r.propose, slog.New(slog.DiscardHandler), r.metrics)
 	}()
 	stopped := false
 	stop = func() {
@@ -123,7 +112,7 @@ func (r *replica) waitFor(what string, cond func(v *state.Snap) bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), testrun.D(10*time.Second))
 	defer cancel()
 	for {
-		v := r.store.Read()
+		v := r.Store.Read()
 		if cond(v) {
 			return
 		}
@@ -208,7 +197,7 @@ func TestLoopPlacesOnceANodeIsReady(t *testing.T) {
 	r.waitFor("web placed on n1", placedOn("web-id", "n1-id"))
 	stop()
 
-	g := r.store.Read().Guest("web-id")
+	g := r.Store.Read().Guest("web-id")
 	if g.PendingReason != "" {
 		t.Errorf("Guest(web).PendingReason = %q, want it cleared by the placement", g.PendingReason)
 	}

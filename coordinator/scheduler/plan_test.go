@@ -51,13 +51,13 @@ func TestLoopReschedulesStatelessGuestsOfADownNode(t *testing.T) {
 	for _, g := range []string{"web", "api", "db"} {
 		r.waitFor(g+" on a", placedOn(g+"-id", "a-id"))
 	}
-	before := r.store.Read().Guest("web-id").Address
+	before := r.Store.Read().Guest("web-id").Address
 	r.enroll("b", 8, true)
 	r.nodeStatus("a", state.NodeDown)
 	r.waitFor("web on b", placedOn("web-id", "b-id"))
 	r.waitFor("api on b", placedOn("api-id", "b-id"))
 
-	v := r.store.Read()
+	v := r.Store.Read()
 	subnetB := v.Node("b-id").GuestSubnet
 	web := v.Guest("web-id")
 	if web.Address == before || !inSubnet(web.Address, subnetB) {
@@ -86,12 +86,12 @@ func TestLoopKeepsAReasonForGuestsOfADownNode(t *testing.T) {
 	r.waitFor("web on a", placedOn("web-id", "a-id"))
 	r.nodeStatus("a", state.NodeDown)
 	r.waitFor("web has a reason", pendingWith("web-id", "1 node short of memory"))
-	if got := r.store.Read().Guest("web-id").NodeId; got != "a-id" {
+	if got := r.Store.Read().Guest("web-id").NodeId; got != "a-id" {
 		t.Fatalf("web is on %q, want it left on a while nothing else fits", got)
 	}
 	r.report("b", 4, "v2")
 	r.waitFor("web on b", placedOn("web-id", "b-id"))
-	if got := r.store.Read().Guest("web-id").PendingReason; got != "" {
+	if got := r.Store.Read().Guest("web-id").PendingReason; got != "" {
 		t.Errorf("web.PendingReason = %q after its move, want it cleared", got)
 	}
 }
@@ -108,12 +108,12 @@ func TestLoopDrainsStartNewBeforeStoppingOld(t *testing.T) {
 	r.run()
 	r.waitFor("web on a", placedOn("web-id", "a-id"))
 	r.waitFor("db on a", placedOn("db-id", "a-id"))
-	oldAddr := r.store.Read().Guest("web-id").Address
+	oldAddr := r.Store.Read().Guest("web-id").Address
 	r.enroll("b", 8, true)
 	r.nodeMode("a", state.ModeDrain)
 	r.waitFor("web migrating to b", placedOn("web-id", "b-id"))
 
-	v := r.store.Read()
+	v := r.Store.Read()
 	web := v.Guest("web-id")
 	if web.PreviousNodeId != "a-id" || web.PreviousAddress != oldAddr {
 		t.Fatalf("web migrating = previous %q at %q, want the old copy on a at %s", web.PreviousNodeId, web.PreviousAddress, oldAddr)
@@ -125,12 +125,12 @@ func TestLoopDrainsStartNewBeforeStoppingOld(t *testing.T) {
 		t.Errorf("db (with a volume) is on %s during the drain, want a: it needs a volume move", got)
 	}
 	r.observe("b", "web", state.ObservedCreating)
-	if r.store.Read().Guest("web-id").PreviousNodeId == "" {
+	if r.Store.Read().Guest("web-id").PreviousNodeId == "" {
 		t.Fatalf("migration ended while the new copy was only creating")
 	}
 	r.observe("b", "web", state.ObservedRunning)
 	r.waitFor("migration ended", func(v *state.Snap) bool { return v.Guest("web-id").GetPreviousNodeId() == "" })
-	if got := r.store.Read().GuestsLeaving("a-id"); len(got) != 0 {
+	if got := r.Store.Read().GuestsLeaving("a-id"); len(got) != 0 {
 		t.Errorf("GuestsLeaving(a) = %v after the new copy runs, want none", got)
 	}
 }
@@ -158,7 +158,7 @@ func TestPlanSpreadsAProjectAcrossZones(t *testing.T) {
 	// Outside the project, bin-packing picks the fuller node of zone a.
 	other := guest()
 	other.Id = "other-id"
-	if d := scheduler.Explain(r.store.Read(), other); d.NodeID != "dev-a-id" {
+	if d := scheduler.Explain(r.Store.Read(), other); d.NodeID != "dev-a-id" {
 		t.Errorf("Explain(a guest of no project) = %+v, want dev-a (bin-packing)", d)
 	}
 }
@@ -195,12 +195,12 @@ func TestPlanIsOneEntryForManyGuests(t *testing.T) {
 		names[i] = "g" + string(rune('a'+i/26)) + string(rune('a'+i%26))
 		r.createSmallGuest(names[i])
 	}
-	plan := scheduler.Plan(r.store.Read())
+	plan := scheduler.Plan(r.Store.Read())
 	if len(plan) != len(names) {
 		t.Fatalf("Plan() = %d placements, want %d", len(plan), len(names))
 	}
 	r.must(&corpusv1.Command{Cmd: &corpusv1.Command_PlaceGuests{PlaceGuests: &corpusv1.PlaceGuests{Placements: plan}}})
-	v := r.store.Read()
+	v := r.Store.Read()
 	for _, p := range plan {
 		if got := v.Guest(p.GuestId).NodeId; got != p.NodeId || got == "" {
 			t.Errorf("guest %s placed on %q, want %q", p.GuestId, got, p.NodeId)
@@ -225,19 +225,19 @@ func TestPlanUpTo(t *testing.T) {
 		r.createSmallGuest(names[i])
 	}
 	for pass := 0; ; pass++ {
-		plan := scheduler.PlanUpTo(r.store.Read(), 30)
+		plan := scheduler.PlanUpTo(r.Store.Read(), 30)
 		if len(plan) == 0 {
 			break
 		}
 		if want := min(30, len(names)-30*pass); len(plan) != want || pass > 2 {
 			t.Fatalf("pass %d: %d placements, want %d", pass, len(plan), want)
 		}
-		if first := r.store.Read().Guest(plan[0].GuestId).Name; first != names[30*pass] {
+		if first := r.Store.Read().Guest(plan[0].GuestId).Name; first != names[30*pass] {
 			t.Errorf("pass %d starts with %s, want %s", pass, first, names[30*pass])
 		}
 		r.must(&corpusv1.Command{Cmd: &corpusv1.Command_PlaceGuests{PlaceGuests: &corpusv1.PlaceGuests{Placements: plan}}})
 	}
-	for _, g := range r.store.Read().Guests() {
+	for _, g := range r.Store.Read().Guests() {
 		if g.NodeId == "" {
 			t.Errorf("guest %s not placed after the passes", g.Name)
 		}
@@ -258,7 +258,7 @@ func TestRoom(t *testing.T) {
 	r.enroll("a", 3, true)
 	r.enroll("b", 2, true)
 	g := &corpusv1.Guest{Name: "web", Spec: &corpusv1.GuestSpec{Driver: "lxc", Image: "busybox", Resources: &corpusv1.Resources{MemoryBytes: gib}}}
-	view := r.store.Read()
+	view := r.Store.Read()
 	if n, why := scheduler.Room(view, g, "", 4); n != 4 || why != "" {
 		t.Errorf("Room for 4 of 1 GiB in 5 GiB = %d (%s)", n, why)
 	}
@@ -288,7 +288,7 @@ func TestPlanCountsIDRanges(t *testing.T) {
 			})
 		}
 		restore := scheduler.ByShape(byShape)
-		plan := scheduler.Plan(r.store.Read())
+		plan := scheduler.Plan(r.Store.Read())
 		restore()
 		var got []string
 		for _, p := range plan {

@@ -53,13 +53,13 @@ func TestPlaceByShapeAsScan(t *testing.T) {
 		for i := range rng.IntN(3 * nodes) {
 			guest(fmt.Sprintf("old%03d", i))
 		}
-		if plan := scheduler.Plan(r.store.Read()); len(plan) > 0 {
+		if plan := scheduler.Plan(r.Store.Read()); len(plan) > 0 {
 			r.must(&corpusv1.Command{Cmd: &corpusv1.Command_PlaceGuests{PlaceGuests: &corpusv1.PlaceGuests{Placements: plan}}})
 		}
 		for i := range rng.IntN(4 * nodes) {
 			guest(fmt.Sprintf("new%03d", i))
 		}
-		view := r.store.Read()
+		view := r.Store.Read()
 		restore := scheduler.ByShape(false)
 		scan := scheduler.Plan(view)
 		restore()

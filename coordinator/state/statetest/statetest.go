@@ -67,3 +67,10 @@ func (r *Replica) Propose(_ context.Context, cmd *corpusv1.Command) (uint64, err
 	res := r.fsm.Apply(&raft.Log{Index: r.index, Type: raft.LogCommand, Data: data}).(*state.Result)
 	return res.Index, res.Err
 }
+
+// Index is the index of the last entry applied.
+func (r *Replica) Index() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.index
+}
