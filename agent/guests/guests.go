@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -375,26 +376,49 @@ func (c *Config) driverSpec(ctx context.Context, d drivers.Driver, g *corpusv1.G
 	return spec, nil
 }
 
-// RecoverJournal removes what interrupted creates left behind; the
-// workers then create those guests again from scratch.
+// recoverParallel is how many interrupted creates RecoverJournal settles
+// at a time.
+const recoverParallel = 8
+
+// RecoverJournal settles the creates a crash interrupted, before the
+// workers start. What a converging driver (Capabilities.Converge) made
+// of the guest is kept: its worker's first pass calls Create, which
+// finishes it as a pass finishes any guest that lost an object. Any
+// other driver's remains are removed, and the worker creates the guest
+// again from scratch. Removals run recoverParallel at a time, so a node
+// restarted in the middle of many creates does not start late by one
+// removal after another.
 func (c *Config) RecoverJournal(ctx context.Context) error {
 	entries, err := c.Journal.Journal()
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, e := range entries {
-		if d, ok := c.Drivers[e.Driver]; ok && e.Op == "create" {
+	errs := make([]error, len(entries))
+	sem := make(chan struct{}, recoverParallel)
+	var wg sync.WaitGroup
+	for i, e := range entries {
+		d, ok := c.Drivers[e.Driver]
+		if ok && e.Op == "create" && !d.Capabilities().Converge {
 			c.Logger.Info("cleaning up an interrupted create", "guest", e.GuestName, "started", e.Started)
-			if err := d.Destroy(ctx, e.GuestName); err != nil {
-				errs = append(errs, fmt.Errorf("cleaning up %s: %w", e.GuestName, err))
-				continue
-			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := d.Destroy(ctx, e.GuestName); err != nil {
+					errs[i] = fmt.Errorf("cleaning up %s: %w", e.GuestName, err)
+					return
+				}
+				errs[i] = c.Journal.End(e)
+			}()
+			continue
 		}
-		if err := c.Journal.End(e); err != nil {
-			errs = append(errs, err)
+		if ok && e.Op == "create" {
+			c.Logger.Info("finishing an interrupted create in place", "guest", e.GuestName, "driver", e.Driver, "started", e.Started)
 		}
+		errs[i] = c.Journal.End(e)
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

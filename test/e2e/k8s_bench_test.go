@@ -132,6 +132,31 @@ func TestKubernetesScale(t *testing.T) {
 	})
 	t.Logf("RESULT create_%d_guests_to_objects_s=%.1f (API, 8 concurrent requests)", n, time.Since(start).Seconds())
 
+	// The Services exist before the agent's creates end (each create
+	// waits to see its objects in its watch); a kill then would make
+	// the restart settle interrupted creates, not reconcile finished
+	// guests. So wait until the agent has reported every guest past
+	// creating (no kubelet here: its pods never run, so starting).
+	eventually(t, 10*time.Minute, "every guest's create finished", func() error {
+		list, err := guests.ListGuests(ctx, connect.NewRequest(&corpusv1.ListGuestsRequest{}))
+		if err != nil {
+			return err
+		}
+		busy := 0
+		for _, g := range list.Msg.Guests {
+			switch g.Guest.GetObserved().GetState() {
+			case "", corpusv1.ObservedCreating:
+				busy++
+			case corpusv1.ObservedFailed:
+				return fmt.Errorf("guest %s failed: %s", g.Guest.GetName(), g.Guest.GetObserved().GetMessage())
+			}
+		}
+		if busy > 0 || len(list.Msg.Guests) != total {
+			return fmt.Errorf("%d of %d guests still being created", busy, len(list.Msg.Guests))
+		}
+		return nil
+	})
+
 	// Restart: kill the agent, delete every Service behind its back,
 	// start it again from its state folder.
 	c.agent.kill()
