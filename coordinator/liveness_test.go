@@ -1,10 +1,17 @@
 package coordinator
 
 import (
+	"context"
+	"log/slog"
+	"maps"
+	"net"
 	"testing"
 	"time"
 
+	"corpus/coordinator/state"
 	"corpus/internal/gossip"
+	"corpus/internal/testrun"
+	corpusv1 "corpus/proto/corpus/v1"
 )
 
 // TestLivenessVerdict: the heartbeat deadline, the gossip shortcut, and
@@ -118,5 +125,59 @@ func TestLivenessRestartedAgent(t *testing.T) {
 	l.gossip("node/n2", false)
 	if got := l.verdict("n2", time.Now()); got != "found dead by gossip" {
 		t.Errorf("an earlier release's agent found dead: %q, want the node down", got)
+	}
+}
+
+// TestLivenessChecksGossipDeaths: a node gossip found dead is down only
+// when its agent does not accept a connection (here: a real listener on
+// loopback, and a port nobody listens on); a node whose agent answers
+// keeps its deadline, and that death is forgotten. A missed deadline
+// needs no check.
+func TestLivenessChecksGossipDeaths(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed := testrun.FreeAddr(t)
+
+	const timeout = time.Minute
+	l := newLiveness(timeout)
+	t0 := time.Now()
+	nodes := []*corpusv1.Node{
+		{Id: "up", Name: "up", Status: state.NodeReady, AgentAddress: ln.Addr().String()},
+		{Id: "gone", Name: "gone", Status: state.NodeReady, AgentAddress: closed},
+		{Id: "silent", Name: "silent", Status: state.NodeReady, AgentAddress: ln.Addr().String()},
+		{Id: "downed", Name: "downed", Status: state.NodeDown, AgentAddress: closed},
+	}
+	for _, n := range nodes {
+		l.verdict(n.Id, t0) // first sight
+	}
+	l.gone["up"], l.gone["gone"], l.gone["downed"] = t0.Add(time.Second), t0.Add(time.Second), t0.Add(time.Second)
+	l.last["silent"] = t0.Add(-timeout)
+
+	got := map[string]string{}
+	for _, d := range l.downs(context.Background(), nodes, t0.Add(2*time.Second), slog.New(slog.DiscardHandler)) {
+		got[d.node.Name] = d.why
+	}
+	want := map[string]string{"gone": deadByGossip, "silent": "missed its heartbeat deadline"}
+	if !maps.Equal(got, want) {
+		t.Errorf("downs = %v, want %v", got, want)
+	}
+	if _, ok := l.gone["up"]; ok {
+		t.Error("the death of a node whose agent answers was kept")
+	}
+	if v := l.verdict("up", t0.Add(3*time.Second)); v != "" {
+		t.Errorf("verdict on the node that answered = %q, want its deadline to decide", v)
 	}
 }
