@@ -452,10 +452,7 @@ func (a *Agent) address() string {
 	if a.cfg.Address != "" {
 		return a.cfg.Address
 	}
-	host, _, err := net.SplitHostPort(a.advertise())
-	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
-		return ""
-	}
+	host, _ := rpc.SpecificHost(a.advertise())
 	return host
 }
 

@@ -74,12 +74,15 @@ func (c *coordinators) failed(addr string, err error) string {
 }
 
 // learn adds coordinator addresses the cluster announced; known ones and
-// the order (the current one) stay.
+// the order (the current one) stay. An address on an unspecified host (a
+// coordinator listening on every address without --advertise-addr, or
+// an older one announcing it) names this node to a dialer here, not the
+// coordinator: it is left out.
 func (c *coordinators) learn(addrs []string) (added []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, a := range addrs {
-		if a != "" && !slices.Contains(c.addrs, a) {
+		if _, ok := rpc.SpecificHost(a); ok && !slices.Contains(c.addrs, a) {
 			c.addrs = append(c.addrs, a)
 			added = append(added, a)
 		}

@@ -2,12 +2,11 @@ package agent
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"slices"
 	"time"
 
 	"corpus/internal/gossip"
+	"corpus/internal/rpc"
 )
 
 // startGossip starts the node's gossip member, through which coordinators
@@ -34,13 +33,7 @@ func (a *Agent) startGossip() {
 // coordinators reach the agent's API at, when that is a specific
 // address (else memberlist picks one of the host's).
 func (a *Agent) gossipHost() string {
-	host, _, err := net.SplitHostPort(a.advertise())
-	if err != nil {
-		return ""
-	}
-	if ip, err := netip.ParseAddr(host); err != nil || ip.IsUnspecified() {
-		return ""
-	}
+	host, _ := rpc.SpecificHost(a.advertise())
 	return host
 }
 

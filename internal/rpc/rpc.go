@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -54,6 +55,21 @@ func BaseURL(addr string) string {
 		return addr
 	}
 	return "https://" + addr
+}
+
+// SpecificHost is the host of a host:port address when another machine
+// can dial it: not empty and not an unspecified IP (0.0.0.0, ::), which a
+// listener on every address shows but which names, to whoever dials it,
+// its own host.
+func SpecificHost(addr string) (string, bool) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return "", false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return "", false
+	}
+	return host, true
 }
 
 // NewServer returns an HTTP server for a corpus API with timeouts that keep

@@ -158,3 +158,15 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecificHost(t *testing.T) {
+	for addr, want := range map[string]string{
+		"10.0.0.1:7400": "10.0.0.1", "[fd00::1]:7400": "fd00::1", "coord.example:7400": "coord.example", "127.0.0.1:7400": "127.0.0.1",
+		"0.0.0.0:7400": "", "[::]:7400": "", ":7400": "", "": "", "no-port": "",
+	} {
+		host, ok := SpecificHost(addr)
+		if host != want || ok != (want != "") {
+			t.Errorf("SpecificHost(%q) = %q, %v; want %q", addr, host, ok, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"corpus/coordinator/auth"
 	"corpus/coordinator/state"
+	"corpus/internal/rpc"
 	corpusv1 "corpus/proto/corpus/v1"
 )
 
@@ -145,7 +146,9 @@ func (s *Service) watchMessage(view *state.Snap, nodeID string, n *corpusv1.Node
 	}
 	s.dnsInfo(msg)
 	for _, c := range view.Coordinators() {
-		if c.ApiAddress != "" {
+		// One listening on every address without an advertised one
+		// says so; the agent reaches it at the address it dialled.
+		if _, ok := rpc.SpecificHost(c.ApiAddress); ok {
 			msg.Coordinators = append(msg.Coordinators, c.ApiAddress)
 		}
 	}
