@@ -180,7 +180,9 @@ func startBinIn(t *testing.T, bin, ns, name string, env []string, args ...string
 	if ns != "" {
 		p.cmd = exec.Command(enterNodeNS, append([]string{ns, bin}, args...)...)
 	}
-	p.cmd.Env = append(os.Environ(), env...)
+	// GOTRACEBACK=all: a daemon that crashes, or is asked for its
+	// stacks (quit), shows every goroutine.
+	p.cmd.Env = append(append(os.Environ(), "GOTRACEBACK=all"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	// Own process group: a signal to the test does not reach the daemon
 	// by accident, and the daemon's children are not ours to kill.
@@ -190,6 +192,9 @@ func startBinIn(t *testing.T, bin, ns, name string, env []string, args ...string
 	}
 	go func() { p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			p.quit() // its goroutines in its log: what it waited on
+		}
 		p.kill()
 		switch {
 		case len(args) > 0 && args[0] == "agent":
@@ -279,6 +284,21 @@ func (p *proc) kill() {
 	default:
 		p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
+	}
+}
+
+// quit ends a running daemon with SIGQUIT, on which the Go runtime
+// writes every goroutine's stack to its log, and waits a while for it.
+func (p *proc) quit() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(testrun.D(5 * time.Second)):
 	}
 }
 

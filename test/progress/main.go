@@ -59,16 +59,16 @@ type test struct {
 	// the code (a helper that logs a daemon's whole log from one line
 	// counts once), kept apart from the tail a long dump pushes out.
 	// An entry holds its continuation lines too (a command's stdout and
-	// stderr a check prints under it), up to more of them.
+	// stderr a check prints under it), lead and more of them.
 	own []string
 	// cont says whether the last log line went into own, so that its
 	// continuation lines follow it there.
 	cont bool
 }
 
-// more is how many continuation lines of one logged check the account
-// keeps.
-const more = 12
+// lead and more are how many continuation lines of one logged check the
+// account keeps: the first lead and the last more.
+const lead, more = 4, 12
 
 func (t *test) add(line string) {
 	if len(t.lines) == tail {
@@ -95,14 +95,32 @@ func (t *test) add(line string) {
 	}
 	// go test indents a logged text's further lines by eight spaces.
 	if t.cont && strings.HasPrefix(line, "        ") {
-		last := &t.own[len(t.own)-1]
-		if strings.Count(*last, "\n") < more {
-			*last += "\n  " + strings.TrimSpace(line)
+		l := strings.TrimSpace(line)
+		if l == "SIGQUIT: quit" {
+			// A daemon's goroutines follow (the harness asks a failed
+			// test's daemons for them): the full output has them.
+			t.cont = false
+			return
 		}
+		// The first lead lines (a command's stdout and stderr) and the
+		// last more (a daemon's log dumped under it ends where the
+		// check failed).
+		last := &t.own[len(t.own)-1]
+		lines := append(strings.Split(*last, "\n"), "  "+l)
+		if len(lines) > 1+lead+more {
+			if lines[1+lead] != cutMark {
+				lines = slices.Insert(lines, 1+lead, cutMark)
+			}
+			lines = slices.Delete(lines, 2+lead, len(lines)-more)
+		}
+		*last = strings.Join(lines, "\n")
 		return
 	}
 	t.cont = false
 }
+
+// cutMark stands for the continuation lines an account left out.
+const cutMark = "  …"
 
 type printer struct {
 	group   string

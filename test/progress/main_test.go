@@ -206,7 +206,8 @@ $`; err != nil || !regexp.MustCompile(want).Match(account) {
 
 // TestAccountKeepsACheckOutput: a failed check that prints a command's
 // output under its own line (stdout, stderr) keeps those lines in the
-// account, up to a limit; a repeated place in the code still counts once.
+// account, its first and last up to a limit; a repeated place in the
+// code still counts once.
 func TestAccountKeepsACheckOutput(t *testing.T) {
 	events := goTestJSON(t, `package sample
 
@@ -229,7 +230,51 @@ func TestCLI(t *testing.T) {
 \[e2e\]   sample_test.go:9: corpus project create = exit 1
 \[e2e\]     stdout:
 \[e2e\]     stderr: Error: no node has the image
-(\[e2e\]     more\n){10}$`; err != nil || !regexp.MustCompile(want).Match(account) {
+\[e2e\]     more
+\[e2e\]     more
+\[e2e\]     …
+(\[e2e\]     more\n){12}$`; err != nil || !regexp.MustCompile(want).Match(account) {
+		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
+	}
+}
+
+// TestAccountKeepsALogsEnd: a daemon's log dumped under one line keeps,
+// in the account, its first lines and its last (where the check
+// failed), not the goroutines the daemon wrote on SIGQUIT after it.
+func TestAccountKeepsALogsEnd(t *testing.T) {
+	events := goTestJSON(t, `package sample
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestNode(t *testing.T) {
+	t.Error("node n1 ready: not reached")
+	var log strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&log, "agent line %d\n", i)
+	}
+	log.WriteString("SIGQUIT: quit\ngoroutine 1 [running]:\nmain.main()\n")
+	t.Log("--- log of agent n1 ---\n" + log.String())
+}
+`)
+	failuresPath := filepath.Join(t.TempDir(), "group.failures")
+	var out, errs bytes.Buffer
+	if code := run([]string{"-group", "e2e", "-failures", failuresPath}, bytes.NewReader(events), &out, &errs); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	account, err := os.ReadFile(failuresPath)
+	if want := `^\[e2e\] FAIL sample TestNode \(\d+\.\ds\)
+\[e2e\]   sample_test.go:10: node n1 ready: not reached
+\[e2e\]   sample_test.go:16: --- log of agent n1 ---
+\[e2e\]     agent line 0
+\[e2e\]     agent line 1
+\[e2e\]     agent line 2
+\[e2e\]     agent line 3
+\[e2e\]     …
+(\[e2e\]     agent line (2[89]|3\d)\n){12}$`; err != nil || !regexp.MustCompile(want).Match(account) {
 		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
 	}
 }
