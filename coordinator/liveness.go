@@ -170,38 +170,43 @@ type down struct {
 // is forgotten (logged), and its heartbeat deadline decides. The checks
 // run at once, so a rack that went dark costs one confirmTimeout.
 func (l *liveness) downs(ctx context.Context, nodes []*corpusv1.Node, now time.Time, logger *slog.Logger) []down {
-	var out []down
-	wait := min(confirmTimeout, l.timeout/4)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var out, checks []down
 	for _, n := range nodes {
 		why := l.verdict(n.Id, now)
-		if why == "" || n.Status != state.NodeReady {
-			continue
-		}
-		if why != deadByGossip || n.AgentAddress == "" {
-			mu.Lock()
+		switch {
+		case why == "" || n.Status != state.NodeReady:
+		case why == deadByGossip && n.AgentAddress != "":
+			checks = append(checks, down{n, why})
+		default:
 			out = append(out, down{n, why})
-			mu.Unlock()
-			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !l.answers(ctx, n.AgentAddress, wait) {
-				mu.Lock()
-				out = append(out, down{n, why})
-				mu.Unlock()
-				return
-			}
-			l.mu.Lock()
-			delete(l.gone, n.Id)
-			l.mu.Unlock()
-			logger.Warn("gossip found the node dead, but its agent accepts connections: its heartbeat deadline decides", "node", n.Name, "agent", n.AgentAddress)
-		}()
+	}
+	wait := min(confirmTimeout, l.timeout/4)
+	answered := make([]bool, len(checks))
+	var wg sync.WaitGroup
+	for i, d := range checks {
+		wg.Go(func() { answered[i] = l.answers(ctx, d.node.AgentAddress, wait) })
 	}
 	wg.Wait()
+	for i, d := range checks {
+		if !answered[i] {
+			out = append(out, d)
+			continue
+		}
+		l.forgetDeath(d.node.Id, now)
+		logger.Warn("gossip found the node dead, but its agent accepts connections: its heartbeat deadline decides", "node", d.node.Name, "agent", d.node.AgentAddress)
+	}
 	return out
+}
+
+// forgetDeath forgets the gossip death of a node heard by at: one heard
+// later (while its agent was checked) waits for the next look.
+func (l *liveness) forgetDeath(nodeID string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if goneAt, ok := l.gone[nodeID]; ok && !goneAt.After(at) {
+		delete(l.gone, nodeID)
+	}
 }
 
 func (l *liveness) run(ctx context.Context, store *state.Store, propose func(context.Context, *corpusv1.Command) (uint64, error), logger *slog.Logger) {

@@ -181,3 +181,31 @@ func TestLivenessChecksGossipDeaths(t *testing.T) {
 		t.Errorf("verdict on the node that answered = %q, want its deadline to decide", v)
 	}
 }
+
+// TestLivenessKeepsADeathHeardDuringItsCheck: the node's agent answered
+// the check of one gossip death, but gossip found it dead again while
+// the check ran; that later death is not forgotten with the first.
+func TestLivenessKeepsADeathHeardDuringItsCheck(t *testing.T) {
+	t.Parallel()
+	l := newLiveness(time.Minute)
+	member := gossip.NodeMember("n1", "r1")
+	n := &corpusv1.Node{Id: "n1", Name: "n1", Status: state.NodeReady, AgentAddress: "192.0.2.1:7402"}
+	t0 := time.Now()
+	l.verdict(n.Id, t0) // first sight
+	l.gossip(member, true)
+	l.gossip(member, false)
+	check := time.Now()
+	l.answers = func(context.Context, string, time.Duration) bool {
+		// Heard again meanwhile.
+		l.gossip(member, true)
+		time.Sleep(time.Millisecond)
+		l.gossip(member, false)
+		return true
+	}
+	if got := l.downs(context.Background(), []*corpusv1.Node{n}, check, slog.New(slog.DiscardHandler)); len(got) != 0 {
+		t.Fatalf("downs = %v, want none: the agent answered", got)
+	}
+	if v := l.verdict(n.Id, time.Now()); v != deadByGossip {
+		t.Errorf("verdict after a death heard during the check = %q, want %q", v, deadByGossip)
+	}
+}
