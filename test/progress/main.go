@@ -61,10 +61,20 @@ type test struct {
 	// An entry holds its continuation lines too (a command's stdout and
 	// stderr a check prints under it), lead and more of them.
 	own []string
-	// cont says whether the last log line went into own, so that its
-	// continuation lines follow it there.
-	cont bool
+	// dumps are the daemons' logs the harness dumped ("--- log of
+	// NAME ---"), one each, the first dumps of them, kept apart so that
+	// they push no check out of own.
+	dumps []string
+	// cont is the entry the last log line went into (nil: none), so
+	// that its continuation lines follow it there.
+	cont *string
 }
+
+// dumpHead starts the line under which the harness logs a daemon's log.
+const dumpHead = "--- log of "
+
+// dumps is how many daemons' logs an account keeps.
+const dumps = 4
 
 // lead and more are how many continuation lines of one logged check the
 // account keeps: the first lead and the last more.
@@ -79,33 +89,41 @@ func (t *test) add(line string) {
 		t.last = s
 	}
 	if isLogLine(line) {
-		t.cont = false
-		at, _, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		t.cont = nil
+		l := strings.TrimSpace(line)
+		at, text, _ := strings.Cut(l, ": ")
+		if strings.HasPrefix(text, dumpHead) {
+			if len(t.dumps) < dumps && !slices.Contains(t.dumps, l) {
+				t.dumps = append(t.dumps, l)
+				t.cont = &t.dumps[len(t.dumps)-1]
+			}
+			return
+		}
 		for _, o := range t.own {
 			if strings.HasPrefix(o, at+": ") {
 				return
 			}
 		}
-		t.cont = true
 		if len(t.own) == reasons {
 			t.own = slices.Delete(t.own, 0, 1)
 		}
-		t.own = append(t.own, strings.TrimSpace(line))
+		t.own = append(t.own, l)
+		t.cont = &t.own[len(t.own)-1]
 		return
 	}
 	// go test indents a logged text's further lines by eight spaces.
-	if t.cont && strings.HasPrefix(line, "        ") {
+	if t.cont != nil && strings.HasPrefix(line, "        ") {
 		l := strings.TrimSpace(line)
 		if l == "SIGQUIT: quit" {
 			// A daemon's goroutines follow (the harness asks a failed
 			// test's daemons for them): the full output has them.
-			t.cont = false
+			t.cont = nil
 			return
 		}
 		// The first lead lines (a command's stdout and stderr) and the
 		// last more (a daemon's log dumped under it ends where the
 		// check failed).
-		last := &t.own[len(t.own)-1]
+		last := t.cont
 		lines := append(strings.Split(*last, "\n"), "  "+l)
 		if len(lines) > 1+lead+more {
 			if lines[1+lead] != cutMark {
@@ -116,7 +134,7 @@ func (t *test) add(line string) {
 		*last = strings.Join(lines, "\n")
 		return
 	}
-	t.cont = false
+	t.cont = nil
 }
 
 // cutMark stands for the continuation lines an account left out.
@@ -144,12 +162,13 @@ type printer struct {
 // keeps: the last, where the failing check usually is.
 const reasons = 6
 
-// account adds a failed test to p.failures: its FAIL line and the last
-// lines its test code logged, one per place in the code (the daemons'
-// logs a helper dumps are left to the full output above).
+// account adds a failed test to p.failures: its FAIL line, the last
+// lines its test code logged, one per place in the code, and the ends of
+// the first daemons' logs the harness dumped (the whole logs are in the
+// full output above).
 func (p *printer) account(head string, t *test) {
 	p.failures = append(p.failures, head)
-	for _, o := range t.own {
+	for _, o := range slices.Concat(t.own, t.dumps) {
 		for l := range strings.SplitSeq(o, "\n") {
 			p.failures = append(p.failures, "  "+l)
 		}

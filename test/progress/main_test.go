@@ -240,7 +240,8 @@ func TestCLI(t *testing.T) {
 
 // TestAccountKeepsALogsEnd: a daemon's log dumped under one line keeps,
 // in the account, its first lines and its last (where the check
-// failed), not the goroutines the daemon wrote on SIGQUIT after it.
+// failed), not the goroutines the daemon wrote on SIGQUIT after it; the
+// first daemons' logs each have their place, after the failed check.
 func TestAccountKeepsALogsEnd(t *testing.T) {
 	events := goTestJSON(t, `package sample
 
@@ -257,7 +258,9 @@ func TestNode(t *testing.T) {
 		fmt.Fprintf(&log, "agent line %d\n", i)
 	}
 	log.WriteString("SIGQUIT: quit\ngoroutine 1 [running]:\nmain.main()\n")
-	t.Log("--- log of agent n1 ---\n" + log.String())
+	for _, name := range []string{"agent n1", "agent n2", "agent n3", "agent n4", "coordinator", "agent n1"} {
+		t.Log("--- log of " + name + " ---\n" + log.String())
+	}
 }
 `)
 	failuresPath := filepath.Join(t.TempDir(), "group.failures")
@@ -268,13 +271,19 @@ func TestNode(t *testing.T) {
 	account, err := os.ReadFile(failuresPath)
 	if want := `^\[e2e\] FAIL sample TestNode \(\d+\.\ds\)
 \[e2e\]   sample_test.go:10: node n1 ready: not reached
-\[e2e\]   sample_test.go:16: --- log of agent n1 ---
+\[e2e\]   sample_test.go:17: --- log of agent n1 ---
 \[e2e\]     agent line 0
 \[e2e\]     agent line 1
 \[e2e\]     agent line 2
 \[e2e\]     agent line 3
 \[e2e\]     …
-(\[e2e\]     agent line (2[89]|3\d)\n){12}$`; err != nil || !regexp.MustCompile(want).Match(account) {
+(\[e2e\]     agent line (2[89]|3\d)\n){12}\[e2e\]   sample_test.go:17: --- log of agent n2 ---
+`; err != nil || !regexp.MustCompile(want).Match(account) {
 		t.Errorf("the account (%v):\n%s\nwant it to match\n%s", err, account, want)
+	}
+	// Four daemons' logs, each once, after the check: the fifth is left
+	// to the full output.
+	if n := strings.Count(string(account), "--- log of "); n != 4 || strings.Contains(string(account), "coordinator") {
+		t.Errorf("the account holds %d daemons' logs, want the first 4:\n%s", n, account)
 	}
 }
