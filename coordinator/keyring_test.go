@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"corpus/coordinator"
 	"corpus/coordinator/keyring"
@@ -76,13 +78,24 @@ func TestKeyringRotationResealsEverything(t *testing.T) {
 		}
 		return v
 	}
+	//
+	// The leader's orderer passes every few seconds: it forgets the
+	// pending certificate of a domain no https route asks for, and orders
+	// (and on failure rewrites) one that is due. So the domain is routed
+	// first, and the certificate's next attempt is an hour away before
+	// the ACME account exists.
 	const domain = "web.example.test"
+	if _, err := ops.ingress.CreateRoute(ctx, connect.NewRequest(&corpusv1.CreateRouteRequest{
+		Kind: string(corpusv1.RouteHTTP), Domain: domain, GuestName: "hello-dev", GuestPort: 80, Https: true})); err != nil {
+		t.Fatalf("CreateRoute = %v", err)
+	}
 	for _, cmd := range []*corpusv1.Command{
-		{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{
-			DirectoryUrl: "https://127.0.0.1:1/dir", AccountKey: sealFor("account-planted", state.AcmeKeyPlace)}}}},
 		{Cmd: &corpusv1.Command_PutCertificate{PutCertificate: &corpusv1.PutCertificate{Certificate: &corpusv1.Certificate{
 			Domain: domain, State: state.CertPending, Key: sealFor("cert-planted", state.CertificateKeyPlace(domain)),
-			Challenge: &corpusv1.AcmeChallenge{AlpnKey: sealFor("alpn-planted", state.ChallengeKeyPlace(domain))}}}}},
+			Challenge:     &corpusv1.AcmeChallenge{AlpnKey: sealFor("alpn-planted", state.ChallengeKeyPlace(domain))},
+			NextAttemptAt: timestamppb.New(time.Now().Add(time.Hour))}}}},
+		{Cmd: &corpusv1.Command_SetAcmeConfig{SetAcmeConfig: &corpusv1.SetAcmeConfig{Config: &corpusv1.AcmeConfig{
+			DirectoryUrl: "https://127.0.0.1:1/dir", AccountKey: sealFor("account-planted", state.AcmeKeyPlace)}}}},
 	} {
 		if _, err := s.Propose(ctx, cmd); err != nil {
 			t.Fatalf("Propose(%v) = %v", cmd, err)
