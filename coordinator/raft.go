@@ -146,21 +146,6 @@ func openReplica(cfg raftConfig, store *state.Store) (*replica, error) {
 	// against 95 through the leader (test/bench/raft). Idle
 	// AppendEntries carry no entries and cost no fsync.
 	rc.CommitTimeout = 5 * time.Millisecond
-	// No pre-vote. In hashicorp/raft 1.7.3 a follower turning candidate
-	// can keep the leader it heard during the turn: heartbeats are
-	// handled beside the main loop, and one that lands between the
-	// follower clearing its leader and becoming candidate sets it again;
-	// a candidate never clears it. While it holds one, it refuses every
-	// (pre-)vote. With pre-vote no term rises, so nothing ever sends it
-	// back to follower: a group of three whose leader died stayed without
-	// one for as long as the dead leader was away (seen in CI: c2 a
-	// candidate refusing c3's pre-votes "since we have a leader c1" for
-	// 30 s, c3 refusing c2's for its older log). Without pre-vote the
-	// candidates' terms rise, a higher term in an answer sends it back
-	// to follower, and the follower clears its leader at its next
-	// timeout. The price is pre-vote's shield: a replica back from a
-	// partition, its term raised, deposes the leader once.
-	rc.PreVoteDisabled = true
 
 	fsm := state.NewFSM(store, cfg.Logger.With("component", "fsm"))
 	existing, err := raft.HasExistingState(logs, logs, snaps)
