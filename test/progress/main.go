@@ -93,7 +93,9 @@ func (t *test) add(line string) {
 		l := strings.TrimSpace(line)
 		at, text, _ := strings.Cut(l, ": ")
 		if strings.HasPrefix(text, dumpHead) {
-			if len(t.dumps) < dumps && !slices.Contains(t.dumps, l) {
+			// An entry grows by its lines: its head names the daemon.
+			seen := slices.ContainsFunc(t.dumps, func(d string) bool { return strings.SplitN(d, "\n", 2)[0] == l })
+			if len(t.dumps) < dumps && !seen {
 				t.dumps = append(t.dumps, l)
 				t.cont = &t.dumps[len(t.dumps)-1]
 			}
